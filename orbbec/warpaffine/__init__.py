@@ -1,0 +1,169 @@
+"""Affine warps of image batches on the GPU (or CPU), with cv2.warpAffine's meaning and pixels.
+
+Conventions (OpenCV's): pixel centres are at integer coordinates; a matrix M maps source to
+destination, ``dst(x, y) = src(M^-1 (x, y))``, unless it is an inverse map, which maps each output
+pixel to the input position it samples. Border modes and interpolations are cv2's.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _ops  # noqa: F401  (registers fake kernels and autograd)
+from ._matrices import (  # noqa: F401
+    ARCFACE_TEMPLATE_112,
+    arcface_template,
+    estimate_affine,
+    estimate_similarity,
+    get_affine_transform,
+    invert_affine,
+)
+from ._opencv_api import affine_opencv  # noqa: F401
+
+__all__ = [
+    "warp_affine", "affine_torch", "align_faces", "affine_opencv", "get_affine_transform",
+    "estimate_affine", "estimate_similarity", "invert_affine", "arcface_template",
+]
+
+_INTERPOLATIONS = {"nearest": 0, "bilinear": 1, "linear": 1, "bicubic": 2, "cubic": 2}
+_BORDERS = {"constant": 0, "replicate": 1, "reflect": 2, "reflect101": 3, "reflect_101": 3, "wrap": 4}
+# cv2's integer codes, for users who pass cv2.INTER_* / cv2.BORDER_* constants.
+_CV2_INTERPOLATIONS = {0: 0, 1: 1, 2: 2}
+_CV2_BORDERS = {0: 0, 1: 1, 2: 2, 4: 3, 3: 4}
+_DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _mode_code(value, names: dict, cv2_codes: dict, arg: str) -> int:
+    if isinstance(value, str) and value.lower() in names:
+        return names[value.lower()]
+    if isinstance(value, int) and not isinstance(value, bool) and value in cv2_codes:
+        return cv2_codes[value]
+    raise ValueError(f"orbbec: '{arg}' must be one of {sorted(names)} (or a cv2 constant), got {value!r}")
+
+
+def _check_src(src) -> Tuple[torch.Tensor, bool]:
+    if not isinstance(src, torch.Tensor):
+        raise TypeError(f"orbbec: 'src' must be a torch.Tensor, got {type(src).__name__}")
+    if src.dim() not in (3, 4):
+        raise ValueError(f"orbbec: 'src' must be [B, C, H, W] or [C, H, W], got shape {tuple(src.shape)}")
+    if src.dtype not in _DTYPES:
+        raise TypeError(f"orbbec: 'src' must be uint8, float16, bfloat16, float32 or float64, got {src.dtype}")
+    batched = src.dim() == 4
+    src4 = src if batched else src.unsqueeze(0)
+    if src4.shape[1] == 0:
+        raise ValueError(f"orbbec: 'src' must have at least one channel, got shape {tuple(src.shape)}")
+    if src4.shape[0] > 0 and (src4.shape[2] == 0 or src4.shape[3] == 0):
+        raise ValueError(f"orbbec: 'src' must have a non-empty height and width, got shape {tuple(src.shape)}")
+    return src4, batched
+
+
+def _check_matrix(M, src4: torch.Tensor, arg: str = "M") -> torch.Tensor:
+    if not isinstance(M, torch.Tensor):
+        try:
+            M = torch.as_tensor(M, dtype=torch.float64, device=src4.device)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(f"orbbec: '{arg}' must be a tensor or array of shape [B, 2, 3] or [2, 3]") from exc
+    if M.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"orbbec: '{arg}' must be float32 or float64, got {M.dtype}")
+    if M.device != src4.device:
+        raise ValueError(f"orbbec: '{arg}' must be on the device of 'src' ({src4.device}), got {M.device}")
+    if M.dim() == 2 and tuple(M.shape) == (2, 3):
+        M = M.unsqueeze(0).expand(src4.shape[0], 2, 3)
+    if M.dim() != 3 or tuple(M.shape[1:]) != (2, 3) or M.shape[0] != src4.shape[0]:
+        raise ValueError(f"orbbec: '{arg}' must have shape [B, 2, 3] with B = {src4.shape[0]} (the batch of "
+                         f"'src') or [2, 3], got {tuple(M.shape)}")
+    return M
+
+
+def _check_dsize(dsize) -> Tuple[int, int]:
+    try:
+        w, h = (int(v) for v in dsize)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"orbbec: 'dsize' must be (width, height), got {dsize!r}") from exc
+    if w <= 0 or h <= 0:
+        raise ValueError(f"orbbec: 'dsize' must be positive (width, height), got {dsize!r}")
+    return w, h
+
+
+def _border_values(border_value, channels: int) -> list:
+    if isinstance(border_value, (int, float)) and not isinstance(border_value, bool):
+        return [float(border_value)]
+    try:
+        values = [float(v) for v in border_value]
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"orbbec: 'border_value' must be a number or a sequence of numbers, got {border_value!r}") from exc
+    if len(values) == 4 and channels < 4:  # cv2.Scalar style (b, g, r, a)
+        values = values[:channels]
+    if len(values) not in (1, channels):
+        raise ValueError(f"orbbec: 'border_value' must hold 1 value or {channels} (one per channel), got {len(values)}")
+    return values
+
+
+def warp_affine(
+    src: torch.Tensor,
+    M: torch.Tensor,
+    dsize: Tuple[int, int],
+    *,
+    interpolation: Union[str, int] = "bilinear",
+    border_mode: Union[str, int] = "constant",
+    border_value: Union[float, Sequence[float]] = 0,
+    inverse_map: bool = False,
+) -> torch.Tensor:
+    """cv2.warpAffine for a batch: ``out[b] = cv2.warpAffine(src[b], M[b], dsize, ...)``.
+
+    Args:
+        src: [B, C, H, W] or [C, H, W]; uint8, float16, bfloat16, float32 or float64; any channel
+            count; NCHW or channels_last (the output keeps channels_last), on CPU or CUDA.
+        M: [B, 2, 3] (one matrix per image) or [2, 3] (shared), float32 or float64, on src's device.
+            It maps source to destination pixels unless ``inverse_map``; it is inverted in float64
+            as cv2 does.
+        dsize: output size as (width, height), as in cv2.
+        interpolation: "nearest", "bilinear" or "bicubic" (or cv2.INTER_*).
+        border_mode: "constant", "replicate", "reflect", "reflect101" or "wrap" (or cv2.BORDER_*).
+        border_value: constant border value, one number or one per channel.
+        inverse_map: M maps each output pixel to the input position it samples
+            (cv2.WARP_INVERSE_MAP).
+
+    Returns [B, C, dsize[1], dsize[0]] (or [C, ...]) of src's dtype; uint8 rounds and saturates.
+    Pixels whose source position is not finite (or further than 2^30 from the image) get the
+    constant border value whatever the border mode. Differentiable in src and M for floating
+    images.
+    """
+    src4, batched = _check_src(src)
+    M = _check_matrix(M, src4)
+    out_w, out_h = _check_dsize(dsize)
+    interp = _mode_code(interpolation, _INTERPOLATIONS, _CV2_INTERPOLATIONS, "interpolation")
+    border = _mode_code(border_mode, _BORDERS, _CV2_BORDERS, "border_mode")
+    values = _border_values(border_value, src4.shape[1])
+    inv = M if inverse_map else invert_affine(M)
+    out = torch.ops.orbbec.warp_affine(src4, inv, out_h, out_w, interp, border, values)
+    return out if batched else out.squeeze(0)
+
+
+def affine_torch(input: torch.Tensor, affine_matrix: torch.Tensor, out_h: int, out_w: int) -> torch.Tensor:
+    """The seed project's warp: input [B, C, H, W] (or [C, H, W]), affine_matrix [B, 2, 3] (or
+    [2, 3]) mapping each OUTPUT pixel (x, y) to the INPUT position it samples; bilinear, constant 0
+    border, integer pixel centres. Equal to ``warp_affine(input, affine_matrix, (out_w, out_h),
+    inverse_map=True)``."""
+    return warp_affine(input, affine_matrix, (out_w, out_h), inverse_map=True)
+
+
+def align_faces(
+    images: torch.Tensor, landmarks5: torch.Tensor, size: int = 112, *, border_value: float = 0
+) -> torch.Tensor:
+    """Aligned face crops as insightface's norm_crop makes them, for a whole batch at once.
+
+    images: [B, C, H, W]; landmarks5: [B, 5, 2] (left eye, right eye, nose, left and right mouth
+    corners, in pixels). Each face's similarity transform (Umeyama) onto the ArcFace template of
+    ``size`` is estimated on the images' device, then the batch is warped bilinearly.
+    Returns [B, C, size, size].
+    """
+    src4, _ = _check_src(images)
+    if not isinstance(landmarks5, torch.Tensor) or landmarks5.dim() != 3 or tuple(landmarks5.shape[1:]) != (5, 2):
+        raise ValueError("orbbec: 'landmarks5' must be a tensor of shape [B, 5, 2]")
+    if landmarks5.shape[0] != src4.shape[0]:
+        raise ValueError(f"orbbec: 'landmarks5' must have one row per image ({src4.shape[0]}), got {landmarks5.shape[0]}")
+    template = arcface_template(size, dtype=torch.float64, device=landmarks5.device)
+    M = estimate_similarity(landmarks5.to(torch.float64), template.expand(landmarks5.shape[0], 5, 2))
+    return warp_affine(images, M.to(src4.device), (size, size), border_value=border_value)

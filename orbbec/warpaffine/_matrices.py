@@ -1,0 +1,105 @@
+"""Batched affine-matrix helpers on any device, in float64, differentiable with torch ops.
+
+All matrices are [..., 2, 3] mapping a point (x, y) to (M[0] . (x, y, 1), M[1] . (x, y, 1)).
+None of these functions synchronises with the host.
+"""
+from __future__ import annotations
+
+import torch
+
+# insightface's 5-point ArcFace template for 112 x 112 crops (eyes, nose, mouth corners).
+ARCFACE_TEMPLATE_112 = (
+    (38.2946, 51.6963),
+    (73.5318, 51.5014),
+    (56.0252, 71.7366),
+    (41.5493, 92.3655),
+    (70.7299, 92.2041),
+)
+
+
+def _points(p, name: str, min_points: int) -> torch.Tensor:
+    if not isinstance(p, torch.Tensor):
+        p = torch.as_tensor(p, dtype=torch.float64)
+    if p.dim() < 2 or p.shape[-1] != 2 or p.shape[-2] < min_points:
+        raise ValueError(f"orbbec: '{name}' must have shape [..., N, 2] with N >= {min_points}, got {tuple(p.shape)}")
+    if not p.is_floating_point():
+        p = p.to(torch.float64)
+    return p.to(torch.float64)
+
+
+def _homogeneous(p: torch.Tensor) -> torch.Tensor:
+    return torch.cat([p, torch.ones_like(p[..., :1])], dim=-1)
+
+
+def invert_affine(M: torch.Tensor) -> torch.Tensor:
+    """Inverse of affine matrices [..., 2, 3] in float64, as cv2.invertAffineTransform (a singular
+    matrix gives zeros, as in cv2)."""
+    if not isinstance(M, torch.Tensor) or M.dim() < 2 or tuple(M.shape[-2:]) != (2, 3):
+        raise ValueError("orbbec: 'M' must be a tensor of shape [..., 2, 3]")
+    M = M.to(torch.float64)
+    a, b, c = M[..., 0, 0], M[..., 0, 1], M[..., 0, 2]
+    d, e, f = M[..., 1, 0], M[..., 1, 1], M[..., 1, 2]
+    det = a * e - b * d
+    inv_det = torch.where(det != 0, 1.0 / torch.where(det != 0, det, torch.ones_like(det)), torch.zeros_like(det))
+    A11, A22 = e * inv_det, a * inv_det
+    A12, A21 = -b * inv_det, -d * inv_det
+    b1 = -A11 * c - A12 * f
+    b2 = -A21 * c - A22 * f
+    return torch.stack([torch.stack([A11, A12, b1], -1), torch.stack([A21, A22, b2], -1)], -2)
+
+
+def get_affine_transform(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """The affine matrix mapping 3 points onto 3 points, as cv2.getAffineTransform, batched:
+    src, dst [..., 3, 2] -> [..., 2, 3] float64."""
+    src, dst = _points(src, "src", 3), _points(dst, "dst", 3).to(src.device)
+    if src.shape[-2] != 3 or dst.shape[-2] != 3:
+        raise ValueError("orbbec: get_affine_transform takes exactly 3 point pairs; use estimate_affine for more")
+    return torch.linalg.solve(_homogeneous(src), dst).transpose(-1, -2)
+
+
+def estimate_affine(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """Least-squares affine matrix mapping src points onto dst points (N >= 3), batched:
+    ``M = ((S^T S)^-1 S^T dst)^T`` with ``S = [src | 1]``, the seed project's training-loop formula."""
+    src, dst = _points(src, "src", 3), _points(dst, "dst", 3).to(src.device)
+    if src.shape[-2] != dst.shape[-2]:
+        raise ValueError(f"orbbec: 'src' and 'dst' must hold as many points, got {src.shape[-2]} and {dst.shape[-2]}")
+    S = _homogeneous(src)
+    St = S.transpose(-1, -2)
+    return torch.linalg.solve(St @ S, St @ dst).transpose(-1, -2)
+
+
+def estimate_similarity(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """Similarity transform (rotation, uniform scale, translation) mapping src onto dst in the
+    least-squares sense (Umeyama 1991, with scale), as skimage.transform.SimilarityTransform.estimate,
+    batched: src, dst [..., N, 2] -> [..., 2, 3] float64. Reflections are excluded."""
+    src, dst = _points(src, "src", 2), _points(dst, "dst", 2).to(src.device)
+    if src.shape[-2] != dst.shape[-2]:
+        raise ValueError(f"orbbec: 'src' and 'dst' must hold as many points, got {src.shape[-2]} and {dst.shape[-2]}")
+    n = src.shape[-2]
+    mu_s, mu_d = src.mean(-2, keepdim=True), dst.mean(-2, keepdim=True)
+    sc, dc = src - mu_s, dst - mu_d
+    A = dc.transpose(-1, -2) @ sc / n  # [..., 2, 2] cross-covariance
+    U, S, Vh = torch.linalg.svd(A)
+    # d = diag(1, sign) keeps the rotation proper (det = +1), as Umeyama's correction does.
+    sign = torch.where(torch.linalg.det(U) * torch.linalg.det(Vh) < 0, -1.0, 1.0).to(A.dtype)
+    d = torch.stack([torch.ones_like(sign), sign], -1)
+    R = U @ torch.diag_embed(d) @ Vh
+    var_s = sc.pow(2).sum(-1).mean(-1)
+    scale = (S * d).sum(-1) / var_s
+    t = mu_d.squeeze(-2) - scale.unsqueeze(-1) * (R @ mu_s.transpose(-1, -2)).squeeze(-1)
+    return torch.cat([scale[..., None, None] * R, t.unsqueeze(-1)], -1)
+
+
+def arcface_template(size: int = 112, *, dtype=torch.float64, device=None) -> torch.Tensor:
+    """The ArcFace 5-point template for size x size crops, placed as insightface's norm_crop does
+    (scaled by size/112 when size is a multiple of 112, else by size/128 and shifted right)."""
+    if not isinstance(size, int) or size <= 0:
+        raise ValueError(f"orbbec: 'size' must be a positive int, got {size!r}")
+    t = torch.tensor(ARCFACE_TEMPLATE_112, dtype=torch.float64)
+    if size % 112 == 0:
+        t = t * (size / 112.0)
+    else:
+        ratio = size / 128.0
+        t = t * ratio
+        t[:, 0] += 8.0 * ratio
+    return t.to(dtype=dtype, device=device)

@@ -1,0 +1,47 @@
+"""Fake kernels and autograd for the warp_affine ops (torch.library), so they work with
+torch.compile, torch.export and opcheck, and are differentiable for floating images."""
+from __future__ import annotations
+
+import torch
+
+from .. import _library  # noqa: F401  (loads orbbec._C, which defines the ops)
+
+
+def _output_format(src: torch.Tensor) -> torch.memory_format:
+    if src.shape[1] > 1 and src.is_contiguous(memory_format=torch.channels_last) and not src.is_contiguous():
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+@torch.library.register_fake("orbbec::warp_affine")
+def _warp_affine_fake(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value):
+    torch._check(src.dim() == 4, lambda: "orbbec: 'src' must be a 4-D tensor")
+    torch._check(out_h > 0 and out_w > 0, lambda: "orbbec: output size must be positive")
+    return src.new_empty((src.shape[0], src.shape[1], out_h, out_w)).contiguous(memory_format=_output_format(src))
+
+
+@torch.library.register_fake("orbbec::warp_affine_backward")
+def _warp_affine_backward_fake(grad_out, src, inv_matrix, interpolation, border_mode, border_value,
+                               need_src_grad, need_matrix_grad):
+    grad_src = torch.empty_like(src).contiguous(memory_format=_output_format(src))
+    return grad_src, inv_matrix.new_empty(inv_matrix.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    src, inv_matrix, _out_h, _out_w, interpolation, border_mode, border_value = inputs
+    ctx.save_for_backward(src, inv_matrix)
+    ctx.modes = (interpolation, border_mode, border_value)
+
+
+def _backward(ctx, grad_out):
+    src, inv_matrix = ctx.saved_tensors
+    interpolation, border_mode, border_value = ctx.modes
+    need_src, need_mat = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if not (need_src or need_mat):
+        return None, None, None, None, None, None, None
+    grad_src, grad_mat = torch.ops.orbbec.warp_affine_backward(
+        grad_out, src, inv_matrix, interpolation, border_mode, border_value, need_src, need_mat)
+    return (grad_src if need_src else None, grad_mat if need_mat else None, None, None, None, None, None)
+
+
+torch.library.register_autograd("orbbec::warp_affine", _backward, setup_context=_setup_context)

@@ -1,0 +1,245 @@
+// Sampling and border arithmetic of warp_affine, shared by the CPU and CUDA kernels so that both
+// devices compute the same bits.
+//
+// Conventions (OpenCV's): the matrix handed to the kernels maps an OUTPUT pixel (x, y) to the
+// INPUT position it samples (WARP_INVERSE_MAP); pixel centres sit on integer coordinates.
+// Arithmetic follows OpenCV 5's warpAffine: source coordinates and bilinear blending in float32
+// (float64 for float64 images), so uint8 results match cv2.warpAffine to the last level on all
+// but a few pixels in ten thousand.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ORBBEC_HD __host__ __device__ __forceinline__
+#else
+#define ORBBEC_HD inline
+#endif
+
+namespace orbbec {
+namespace warpaffine {
+
+enum Interpolation : int64_t { kNearest = 0, kBilinear = 1, kBicubic = 2 };
+enum BorderMode : int64_t { kConstant = 0, kReplicate = 1, kReflect = 2, kReflect101 = 3, kWrap = 4 };
+
+// Per-channel constant border values travel by value in the kernel arguments.
+constexpr int kMaxBorderChannels = 64;
+struct BorderValues {
+  double v[kMaxBorderChannels];
+  int count;  // 1: one value for every channel
+  ORBBEC_HD double operator[](int64_t c) const { return count == 1 ? v[0] : v[c]; }
+};
+
+// Coordinates further than this from the image are treated like non-finite ones: the pixel gets
+// the constant border value whatever the border mode (documented in docs/warpaffine.md).
+constexpr double kMaxCoord = 1073741824.0;  // 2^30, so integer tap arithmetic cannot overflow
+
+// Correctly rounded add and multiply on both devices. nvcc would otherwise fuse a*b+c into an fma
+// on the GPU only, and CPU and CUDA results would differ in the last bit.
+ORBBEC_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+ORBBEC_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+ORBBEC_HD double add_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+ORBBEC_HD double mul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// Source coordinate of output column x in a row whose constant part row_term = m1*y + m2 was
+// computed once. OpenCV 5 does fma(float(m0), x, float(row_term)) in float32: the product of a
+// float and an integer below 2^24 is exact in double, so one double add rounded to float gives the
+// fma's single rounding, on hosts without an fma instruction as well.
+ORBBEC_HD float source_coord(double m0, double row_term, int64_t x, float) {
+  const double prod = static_cast<double>(static_cast<float>(m0)) * static_cast<double>(x);
+  return static_cast<float>(add_rn(prod, static_cast<double>(static_cast<float>(row_term))));
+}
+ORBBEC_HD double source_coord(double m0, double row_term, int64_t x, double) {
+  return add_rn(mul_rn(m0, static_cast<double>(x)), row_term);
+}
+ORBBEC_HD double row_term(double m1, double m2, int64_t y) {
+  return add_rn(mul_rn(m1, static_cast<double>(y)), m2);
+}
+
+ORBBEC_HD bool coord_ok(double c) { return ::fabs(c) < kMaxCoord; }  // false for NaN and inf
+
+// Maps an out-of-range tap index into [0, len) (OpenCV's borderInterpolate, in closed form so
+// that far-away taps cost the same as near ones). Only called for modes other than constant.
+ORBBEC_HD int64_t border_index(int64_t p, int64_t len, int64_t mode) {
+  if (p >= 0 && p < len) return p;
+  if (mode == kReplicate) return p < 0 ? 0 : len - 1;
+  if (mode == kWrap) {
+    int64_t q = p % len;
+    return q < 0 ? q + len : q;
+  }
+  if (len == 1) return 0;
+  const int64_t delta = (mode == kReflect101) ? 1 : 0;
+  const int64_t period = 2 * len - 2 * delta;
+  int64_t q = p % period;
+  if (q < 0) q += period;
+  return q < len ? q : period - 1 + delta - q;
+}
+
+// Saturating conversion of the interpolated value to the image type (cv::saturate_cast).
+template <typename scalar_t, typename acc_t>
+struct Store {
+  ORBBEC_HD static scalar_t cast(acc_t v) { return static_cast<scalar_t>(v); }
+};
+template <typename acc_t>
+struct Store<uint8_t, acc_t> {
+  ORBBEC_HD static uint8_t cast(acc_t v) {
+    // round half to even, as cvRound / lrint
+#if defined(__CUDA_ARCH__)
+    const int r = __float2int_rn(static_cast<float>(v));
+#else
+    const int r = static_cast<int>(::rint(static_cast<float>(v)));
+#endif
+    return static_cast<uint8_t>(r < 0 ? 0 : (r > 255 ? 255 : r));
+  }
+};
+
+// OpenCV's bicubic kernel (a = -0.75) for the four taps at offsets -1, 0, 1, 2 from floor(x).
+template <typename acc_t>
+ORBBEC_HD void cubic_weights(acc_t t, acc_t w[4]) {
+  const acc_t A = acc_t(-0.75);
+  const acc_t u = t + acc_t(1), s = acc_t(1) - t;
+  w[0] = ((A * u - acc_t(5) * A) * u + acc_t(8) * A) * u - acc_t(4) * A;
+  w[1] = ((A + acc_t(2)) * t - (A + acc_t(3))) * t * t + acc_t(1);
+  w[2] = ((A + acc_t(2)) * s - (A + acc_t(3))) * s * s + acc_t(1);
+  w[3] = acc_t(1) - w[0] - w[1] - w[2];
+}
+// d w_k / d t, for the matrix gradient.
+template <typename acc_t>
+ORBBEC_HD void cubic_weight_derivs(acc_t t, acc_t d[4]) {
+  const acc_t A = acc_t(-0.75);
+  const acc_t u = t + acc_t(1), s = acc_t(1) - t;
+  d[0] = (acc_t(3) * A * u - acc_t(10) * A) * u + acc_t(8) * A;
+  d[1] = (acc_t(3) * (A + acc_t(2)) * t - acc_t(2) * (A + acc_t(3))) * t;
+  d[2] = -(acc_t(3) * (A + acc_t(2)) * s - acc_t(2) * (A + acc_t(3))) * s;
+  d[3] = -(d[0] + d[1] + d[2]);
+}
+
+// One output pixel's taps: up to 4 x 4 source positions with their weights. The image is read
+// through `fetch(plane_offset_unused, ix, iy)`-style functors by the kernels; this struct only
+// holds where to read and how much each read counts.
+template <typename acc_t>
+struct Taps {
+  int64_t x0, y0;   // first tap
+  int n;            // taps per axis: 1 nearest, 2 bilinear, 4 bicubic
+  acc_t fx, fy;     // fractional position (bilinear, bicubic)
+  bool valid;       // false: non-finite or far-away coordinate, the pixel is the border value
+};
+
+template <typename acc_t>
+ORBBEC_HD Taps<acc_t> make_taps(acc_t sx, acc_t sy, int64_t interpolation) {
+  Taps<acc_t> t;
+  t.valid = coord_ok(static_cast<double>(sx)) && coord_ok(static_cast<double>(sy));
+  if (!t.valid) {
+    t.x0 = t.y0 = 0; t.n = 1; t.fx = t.fy = acc_t(0);
+    return t;
+  }
+  if (interpolation == kNearest) {
+    t.x0 = static_cast<int64_t>(::rint(sx));  // round half to even, as cvRound
+    t.y0 = static_cast<int64_t>(::rint(sy));
+    t.n = 1; t.fx = t.fy = acc_t(0);
+  } else {
+    const acc_t flx = static_cast<acc_t>(::floor(sx)), fly = static_cast<acc_t>(::floor(sy));
+    t.fx = sx - flx;  // exact: sx and floor(sx) are within one binade
+    t.fy = sy - fly;
+    t.x0 = static_cast<int64_t>(flx);
+    t.y0 = static_cast<int64_t>(fly);
+    t.n = 2;
+    if (interpolation == kBicubic) { t.x0 -= 1; t.y0 -= 1; t.n = 4; }
+  }
+  return t;
+}
+
+// Bilinear blend in OpenCV 5's order of operations: along x first, then y.
+template <typename acc_t>
+ORBBEC_HD acc_t blend_bilinear(acc_t p00, acc_t p01, acc_t p10, acc_t p11, acc_t fx, acc_t fy) {
+  const acc_t v0 = add_rn(p00, mul_rn(fx, p01 - p00));
+  const acc_t v1 = add_rn(p10, mul_rn(fx, p11 - p10));
+  return add_rn(v0, mul_rn(fy, v1 - v0));
+}
+
+// Value of one channel at `taps`. Fetch(ix, iy) returns the channel's value at an in-image tap;
+// taps outside the image follow the border mode.
+template <typename acc_t, typename Fetch>
+ORBBEC_HD acc_t sample(const Taps<acc_t>& t, int64_t H, int64_t W, int64_t border_mode,
+                       acc_t border_value, const Fetch& fetch) {
+  if (!t.valid) return border_value;
+  auto at = [&](int64_t ix, int64_t iy) -> acc_t {
+    if (ix >= 0 && ix < W && iy >= 0 && iy < H) return fetch(ix, iy);
+    if (border_mode == kConstant) return border_value;
+    return fetch(border_index(ix, W, border_mode), border_index(iy, H, border_mode));
+  };
+  if (t.n == 1) return at(t.x0, t.y0);
+  if (t.n == 2) {
+    return blend_bilinear(at(t.x0, t.y0), at(t.x0 + 1, t.y0), at(t.x0, t.y0 + 1),
+                          at(t.x0 + 1, t.y0 + 1), t.fx, t.fy);
+  }
+  acc_t wx[4], wy[4];
+  cubic_weights(t.fx, wx);
+  cubic_weights(t.fy, wy);
+  acc_t sum = acc_t(0);
+  for (int j = 0; j < 4; ++j) {
+    acc_t row = acc_t(0);
+    for (int i = 0; i < 4; ++i) row = add_rn(row, mul_rn(wx[i], at(t.x0 + i, t.y0 + j)));
+    sum = add_rn(sum, mul_rn(wy[j], row));
+  }
+  return sum;
+}
+
+// Weights of each tap and their derivatives in fx and fy (for the backward pass). Arrays are
+// indexed [j * n + i] for tap (x0 + i, y0 + j).
+template <typename acc_t>
+ORBBEC_HD void tap_weights(const Taps<acc_t>& t, acc_t w[16], acc_t dwx[16], acc_t dwy[16]) {
+  acc_t ax[4], ay[4], dx[4], dy[4];
+  if (t.n == 1) {
+    ax[0] = ay[0] = acc_t(1); dx[0] = dy[0] = acc_t(0);
+  } else if (t.n == 2) {
+    ax[0] = acc_t(1) - t.fx; ax[1] = t.fx; dx[0] = acc_t(-1); dx[1] = acc_t(1);
+    ay[0] = acc_t(1) - t.fy; ay[1] = t.fy; dy[0] = acc_t(-1); dy[1] = acc_t(1);
+  } else {
+    cubic_weights(t.fx, ax); cubic_weight_derivs(t.fx, dx);
+    cubic_weights(t.fy, ay); cubic_weight_derivs(t.fy, dy);
+  }
+  for (int j = 0; j < t.n; ++j) {
+    for (int i = 0; i < t.n; ++i) {
+      w[j * t.n + i] = ax[i] * ay[j];
+      dwx[j * t.n + i] = dx[i] * ay[j];
+      dwy[j * t.n + i] = ax[i] * dy[j];
+    }
+  }
+}
+
+// Where an out-of-image tap reads from in the backward pass: -1 when it reads the constant border.
+ORBBEC_HD bool resolve_tap(int64_t& ix, int64_t& iy, int64_t H, int64_t W, int64_t border_mode) {
+  if (ix >= 0 && ix < W && iy >= 0 && iy < H) return true;
+  if (border_mode == kConstant) return false;
+  ix = border_index(ix, W, border_mode);
+  iy = border_index(iy, H, border_mode);
+  return true;
+}
+
+}  // namespace warpaffine
+}  // namespace orbbec

@@ -1,0 +1,83 @@
+// Schemas of the warp_affine ops and their argument checks. The kernels are registered per device
+// in cpu/ and cuda/; fake kernels and autograd are registered from Python (orbbec/warpaffine/_ops.py).
+#include "warpaffine/src/warpaffine_ext.h"
+
+#include <torch/library.h>
+
+namespace orbbec {
+namespace warpaffine {
+
+BorderValues check_forward_args(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h,
+                                int64_t out_w, int64_t interpolation, int64_t border_mode,
+                                at::ArrayRef<double> border_value) {
+  check_dim(src, "src", 4);
+  const auto st = src.scalar_type();
+  ORBBEC_CHECK_TYPE(st == at::kByte || st == at::kHalf || st == at::kBFloat16 || st == at::kFloat ||
+                        st == at::kDouble,
+                    "orbbec: 'src' must be uint8, float16, bfloat16, float32 or float64, got ", st);
+  check_dim(inv_matrix, "matrix", 3);
+  ORBBEC_CHECK_VALUE(inv_matrix.size(1) == 2 && inv_matrix.size(2) == 3 &&
+                         inv_matrix.size(0) == src.size(0),
+                     "orbbec: 'matrix' must have shape [B, 2, 3] with B = ", src.size(0),
+                     " (the batch of 'src'), got ", inv_matrix.sizes());
+  ORBBEC_CHECK_TYPE(inv_matrix.scalar_type() == at::kFloat || inv_matrix.scalar_type() == at::kDouble,
+                    "orbbec: 'matrix' must be float32 or float64, got ", inv_matrix.scalar_type());
+  check_same_device(inv_matrix, "matrix", src, "src");
+  ORBBEC_CHECK_VALUE(out_h > 0 && out_w > 0, "orbbec: output size must be positive, got out_h=", out_h,
+                     ", out_w=", out_w);
+  ORBBEC_CHECK_VALUE(src.size(0) == 0 || (src.size(2) > 0 && src.size(3) > 0),
+                     "orbbec: 'src' must have a non-empty height and width, got shape ", src.sizes());
+  ORBBEC_CHECK_VALUE(src.size(1) > 0, "orbbec: 'src' must have at least one channel, got shape ",
+                     src.sizes());
+  ORBBEC_CHECK_VALUE(interpolation >= kNearest && interpolation <= kBicubic,
+                     "orbbec: 'interpolation' code must be 0 (nearest), 1 (bilinear) or 2 (bicubic), got ",
+                     interpolation);
+  ORBBEC_CHECK_VALUE(border_mode >= kConstant && border_mode <= kWrap,
+                     "orbbec: 'border_mode' code must be in [0, 4], got ", border_mode);
+  const int64_t C = src.size(1);
+  ORBBEC_CHECK_VALUE(border_value.size() == 1 || int64_t(border_value.size()) == C,
+                     "orbbec: 'border_value' must hold 1 value or one per channel (", C, "), got ",
+                     border_value.size());
+  ORBBEC_CHECK_VALUE(border_value.size() <= size_t(kMaxBorderChannels),
+                     "orbbec: per-channel 'border_value' is supported up to ", kMaxBorderChannels,
+                     " channels, got ", border_value.size());
+  BorderValues bv{};
+  bv.count = static_cast<int>(border_value.size());
+  for (size_t i = 0; i < border_value.size(); ++i) bv.v[i] = border_value[i];
+  return bv;
+}
+
+BorderValues check_backward_args(const at::Tensor& grad_out, const at::Tensor& src,
+                                 const at::Tensor& inv_matrix, int64_t interpolation, int64_t border_mode,
+                                 at::ArrayRef<double> border_value) {
+  check_dim(grad_out, "grad_out", 4);
+  const BorderValues bv = check_forward_args(src, inv_matrix, grad_out.size(2), grad_out.size(3),
+                                             interpolation, border_mode, border_value);
+  check_floating(src, "src");
+  ORBBEC_CHECK_VALUE(grad_out.size(0) == src.size(0) && grad_out.size(1) == src.size(1),
+                     "orbbec: 'grad_out' must have the batch and channels of 'src', got ",
+                     grad_out.sizes(), " and ", src.sizes());
+  ORBBEC_CHECK_TYPE(grad_out.scalar_type() == src.scalar_type(),
+                    "orbbec: 'grad_out' must have the dtype of 'src'");
+  check_same_device(grad_out, "grad_out", src, "src");
+  return bv;
+}
+
+at::MemoryFormat output_format(const at::Tensor& src) {
+  if (src.size(1) > 1 && src.is_contiguous(at::MemoryFormat::ChannelsLast) && !src.is_contiguous()) {
+    return at::MemoryFormat::ChannelsLast;
+  }
+  return at::MemoryFormat::Contiguous;
+}
+
+}  // namespace warpaffine
+}  // namespace orbbec
+
+TORCH_LIBRARY_FRAGMENT(orbbec, m) {
+  // inv_matrix maps each output pixel to the input position it samples (OpenCV's WARP_INVERSE_MAP).
+  m.def("warp_affine(Tensor src, Tensor inv_matrix, int out_h, int out_w, int interpolation, "
+        "int border_mode, float[] border_value) -> Tensor");
+  // Gradients of warp_affine with respect to src and inv_matrix (zeros where not needed).
+  m.def("warp_affine_backward(Tensor grad_out, Tensor src, Tensor inv_matrix, int interpolation, "
+        "int border_mode, float[] border_value, bool need_src_grad, bool need_matrix_grad) -> (Tensor, Tensor)");
+}

@@ -1,0 +1,27 @@
+// Argument checks of the warp_affine ops, shared by the CPU and CUDA registrations.
+#pragma once
+#include <vector>
+
+#include <torch/types.h>
+
+#include "common/src/checks.h"
+#include "warpaffine/src/common/warpaffine.h"
+
+namespace orbbec {
+namespace warpaffine {
+
+// Checks src [B,C,H,W] (any strides), inv_matrix [B,2,3] float32/float64 on src's device, the
+// output size, the modes and the border values; returns the border values for the kernels.
+BorderValues check_forward_args(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h,
+                                int64_t out_w, int64_t interpolation, int64_t border_mode,
+                                at::ArrayRef<double> border_value);
+
+BorderValues check_backward_args(const at::Tensor& grad_out, const at::Tensor& src,
+                                 const at::Tensor& inv_matrix, int64_t interpolation, int64_t border_mode,
+                                 at::ArrayRef<double> border_value);
+
+// The memory format the output takes: channels_last when the input is, else contiguous.
+at::MemoryFormat output_format(const at::Tensor& src);
+
+}  // namespace warpaffine
+}  // namespace orbbec

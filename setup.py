@@ -1,0 +1,104 @@
+"""Builds orbbec: one native extension, orbbec._C, holding every op's CPU kernels and, when CUDA is
+available (or FORCE_CUDA=1), their CUDA kernels; plus orbbec.warpaffine._opencv when OpenCV's C++
+headers are found (pkg-config opencv4). See docs/building.md."""
+import glob
+import os
+import subprocess
+import sys
+
+from setuptools import find_packages, setup
+
+import torch
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, CUDA_HOME
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _sources(pattern):
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+
+
+def _want_cuda():
+    if os.environ.get("FORCE_CUDA", "0") == "1":
+        return True
+    return torch.cuda.is_available() and CUDA_HOME is not None
+
+
+def _arch_list():
+    # TORCH_CUDA_ARCH_LIST is read by torch's BuildExtension itself; when it is unset, torch builds
+    # for the GPUs it sees, and with no GPU (FORCE_CUDA=1 on a build machine) we choose sm_90.
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+
+
+def _opencv_flags():
+    if os.environ.get("ORBBEC_WITH_OPENCV", "1") == "0":
+        return None
+    try:
+        cflags = subprocess.check_output(["pkg-config", "--cflags", "opencv4"], text=True).split()
+        libs = subprocess.check_output(["pkg-config", "--libs", "opencv4"], text=True).split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    include_dirs = [f[2:] for f in cflags if f.startswith("-I")]
+    if not any(os.path.exists(os.path.join(d, "opencv2", "imgproc.hpp")) for d in include_dirs):
+        return None
+    wanted = {"-lopencv_core", "-lopencv_imgproc"}
+    return include_dirs, [f for f in libs if f.startswith("-L")], [f[2:] for f in libs if f in wanted]
+
+
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    # ninja already compiles one extension's files in parallel; building two extensions at once
+    # (setup.py build_ext -j N) would make them share one build.ninja and fail at link time.
+    def finalize_options(self):
+        super().finalize_options()
+        self.parallel = None
+
+
+def extensions():
+    with_cuda = _want_cuda()
+    cpp = [s for s in _sources("orbbec/**/src/**/*.cpp") if not s.endswith("_opencv.cpp")]
+    define = [("ORBBEC_TORCH_VERSION", '"%s"' % torch.__version__.split("+")[0])]
+    cxx = ["-O3", "-std=c++17", "-fopenmp"]
+    include_dirs = [os.path.join(ROOT, "orbbec")]
+    if with_cuda:
+        _arch_list()
+        ext = CUDAExtension(
+            "orbbec._C",
+            cpp + _sources("orbbec/**/src/**/*.cu"),
+            include_dirs=include_dirs,
+            define_macros=define + [("WITH_CUDA", None)],
+            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]},
+            extra_link_args=["-fopenmp"],
+        )
+    else:
+        ext = CppExtension("orbbec._C", cpp, include_dirs=include_dirs, define_macros=define,
+                           extra_compile_args={"cxx": cxx}, extra_link_args=["-fopenmp"])
+    exts = [ext]
+    opencv = _opencv_flags()
+    if opencv is not None:
+        import pybind11
+
+        inc, libdirs, libs = opencv
+        exts.append(CppExtension(
+            "orbbec.warpaffine._opencv",
+            ["orbbec/warpaffine/src/warpaffine_opencv.cpp"],
+            include_dirs=inc + [pybind11.get_include()],
+            library_dirs=[d[2:] for d in libdirs],
+            libraries=libs,
+            extra_compile_args={"cxx": ["-O3", "-std=c++17"]},
+        ))
+    else:
+        print("orbbec: OpenCV C++ headers not found (pkg-config opencv4); affine_opencv is not built", file=sys.stderr)
+    return exts
+
+
+setup(
+    name="orbbec",
+    version="0.1.0",
+    description="GPU data augmentation ops for PyTorch: warp affine, NMS, RoIAlign",
+    packages=find_packages(include=["orbbec", "orbbec.*"]),
+    ext_modules=extensions(),
+    cmdclass={"build_ext": BuildExt},
+    python_requires=">=3.9",
+    zip_safe=False,
+)

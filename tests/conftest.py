@@ -1,0 +1,33 @@
+"""Shared test fixtures: devices to run on and the sample photographs of shared/WORKLOADS.md."""
+import numpy as np
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+CUDA_SKIP_REASON = "CUDA test: no CUDA device on this machine"
+
+# Parametrize a test over devices with `@pytest.mark.parametrize("device", DEVICES)`: the CUDA case
+# is kept in the list and skipped with a visible reason where there is no GPU.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason=CUDA_SKIP_REASON))]
+requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason=CUDA_SKIP_REASON)
+
+
+def sample_photos(size=None):
+    """scikit-image's astronaut, chelsea, coffee, rocket as BGR uint8 HWC arrays (WORKLOADS.md),
+    image i rolled horizontally by 37*i pixels; resized to size=(h, w) with cv2.INTER_LINEAR if given."""
+    import cv2
+    from skimage import data
+
+    photos = []
+    for i, name in enumerate(["astronaut", "chelsea", "coffee", "rocket"]):
+        img = getattr(data, name)()
+        if size is not None:
+            img = cv2.resize(img, (size[1], size[0]), interpolation=cv2.INTER_LINEAR)
+        img = np.roll(img, 37 * i, axis=1)
+        photos.append(np.ascontiguousarray(img[:, :, ::-1]))
+    return photos
+
+
+@pytest.fixture(scope="session")
+def photos():
+    return sample_photos()
