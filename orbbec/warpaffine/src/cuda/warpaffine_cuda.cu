@@ -7,8 +7,6 @@
 // footprint does not fit in shared memory (strong downscaling) gather from global memory instead;
 // the arithmetic is the shared code of common/warpaffine.h either way, so CPU and CUDA agree.
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "common/src/cuda_utils.cuh"
@@ -192,7 +190,7 @@ at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix,
   const int64_t tiles = tiles_x * ((out_h + kTileH - 1) / kTileH);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, 1 << 30)),
                   static_cast<unsigned>(std::min<int64_t>(L.B, 65535)));
-  auto stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current_stream();
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
     warp_forward_kernel<scalar_t><<<grid, kThreads, kSmemBytes, stream>>>(
         in.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), mat.data_ptr<double>(), L, interpolation,
@@ -279,7 +277,7 @@ std::tuple<at::Tensor, at::Tensor> warp_affine_backward_cuda(const at::Tensor& g
     const int64_t n = L.OH * L.OW;
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)),
                     static_cast<unsigned>(std::min<int64_t>(L.B, 65535)));
-    auto stream = at::cuda::getCurrentCUDAStream();
+    const cudaStream_t stream = current_stream();
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_backward_cuda", [&] {
       warp_backward_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
           go.data_ptr<scalar_t>(), in.data_ptr<scalar_t>(), mat.data_ptr<double>(),
