@@ -1,0 +1,170 @@
+#!/usr/bin/env python
+"""Benchmark of orbbec's warp_affine beside its peers, in one run, on the workloads of
+shared/WORKLOADS.md (face, det, hd): orbbec CUDA (NCHW and channels_last), F.affine_grid +
+F.grid_sample (uint8 -> float -> uint8, as kornia does it), torchvision v2 affine (when
+installed), cv2.warpAffine on the CPU with all threads and with one, and a device-to-device copy
+for the bandwidth figure. Prints a markdown table last and writes it to --out.
+
+    python tools/benchmark_warpaffine.py --out docs/benchmark_warpaffine.md
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from workloads import WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
+
+import orbbec  # noqa: E402
+from orbbec.warpaffine import invert_affine, warp_affine  # noqa: E402
+
+
+def cuda_time_ms(fn, reps: int, warmup: int = 5) -> float:
+    """Median milliseconds of fn() on the current stream, timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def host_time_ms(fn, reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth_gbs(reps: int) -> float:
+    """Device-to-device copy of 1 GiB: 2 GiB moved (read + written) per copy."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    ms = cuda_time_ms(lambda: dst.copy_(src), reps)
+    return 2 * src.numel() / (ms * 1e-3) / 1e9
+
+
+def grid_sample_warp(x_u8: torch.Tensor, inv: torch.Tensor, oh: int, ow: int) -> torch.Tensor:
+    """The affine_grid + grid_sample path (kornia's warp_affine does this), uint8 in and out."""
+    B, _, H, W = x_u8.shape
+    # pixel -> normalised coordinates (align_corners=False): u = (2x + 1) / W - 1
+    def to_norm(w, h):
+        return torch.tensor([[2.0 / w, 0, 1.0 / w - 1], [0, 2.0 / h, 1.0 / h - 1], [0, 0, 1]],
+                            dtype=torch.float64, device=inv.device)
+    inv3 = torch.cat([inv, torch.tensor([0, 0, 1.0], dtype=inv.dtype, device=inv.device).expand(B, 1, 3)], 1)
+    theta = (to_norm(W, H) @ inv3 @ torch.linalg.inv(to_norm(ow, oh)))[:, :2].float()
+    grid = F.affine_grid(theta, (B, x_u8.shape[1], oh, ow), align_corners=False)
+    out = F.grid_sample(x_u8.float(), grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    return out.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def cv2_batch(imgs, mats, ow, oh, threads: int):
+    import cv2
+
+    cv2.setNumThreads(1)
+    def one(i):
+        return cv2.warpAffine(imgs[i], mats[i], (ow, oh), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    if threads == 1:
+        return [one(i) for i in range(len(imgs))]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(one, range(len(imgs))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="face,det,hd", help="comma-separated names (face, det, hd)")
+    parser.add_argument("--reps", type=int, default=50, help="timed repetitions per GPU measurement")
+    parser.add_argument("--cpu-reps", type=int, default=3, help="timed repetitions per CPU measurement")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for the cv2 peer")
+    parser.add_argument("--out", default=None, help="write the markdown table here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("benchmark_warpaffine: needs a CUDA device")
+    import cv2
+
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress bar is optional
+        def tqdm(x, **_):
+            return x
+
+    bw = copy_bandwidth_gbs(args.reps)
+    rows = []
+    names = args.workloads.split(",")
+    for name in tqdm(names, desc="workloads"):
+        B, (H, W), (OH, OW) = WARP_WORKLOADS[name]
+        imgs = photos_bgr(B, (H, W))
+        mats = forward_matrices(B, (H, W), (OH, OW))
+        x = torch.from_numpy(np.stack(imgs)).permute(0, 3, 1, 2).contiguous().cuda()
+        x_cl = x.contiguous(memory_format=torch.channels_last)
+        M = torch.from_numpy(mats).cuda()
+        inv = invert_affine(M)
+        nbytes = x.numel() + B * 3 * OH * OW
+        # correctness while we are here: orbbec vs cv2 on this workload
+        ours = warp_affine(x, M, (OW, OH)).permute(0, 2, 3, 1).cpu().numpy()
+        ref = np.stack(cv2_batch(imgs, mats, OW, OH, args.threads))
+        same = float((ours == ref).mean())
+        res = {
+            "orbbec NCHW": cuda_time_ms(lambda: warp_affine(x, inv, (OW, OH), inverse_map=True), args.reps),
+            "orbbec NHWC": cuda_time_ms(lambda: warp_affine(x_cl, inv, (OW, OH), inverse_map=True), args.reps),
+            "grid_sample": cuda_time_ms(lambda: grid_sample_warp(x, inv, OH, OW), args.reps),
+        }
+        try:
+            from torchvision.transforms.v2 import functional as TF
+
+            angle, _ = 10.0, None
+            res["tv2 affine (one param set)"] = cuda_time_ms(
+                lambda: TF.affine(x, angle=angle, translate=[5, 5], scale=min(OH / H, OW / W), shear=[0.0]), args.reps)
+        except ImportError:
+            pass
+        res["cv2 CPU %d threads" % args.threads] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, args.threads), args.cpu_reps)
+        res["cv2 CPU 1 thread"] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, 1), args.cpu_reps)
+        base = res["orbbec NCHW"]
+        for peer, ms in res.items():
+            gpu = not peer.startswith("cv2")
+            rows.append((name, peer, ms, B / (ms * 1e-3), 100 * nbytes / (ms * 1e-3) / 1e9 / bw, ms / base))
+        rows.append((name, "identical to cv2 (values)", same * 100, None, None, None))
+
+    env = (f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+           f"cv2 {cv2.__version__}, orbbec built with CUDA {orbbec.get_compiling_cuda_version()}, "
+           f"{os.cpu_count()} host cores ({platform.processor() or platform.machine()}); "
+           f"device-to-device copy {bw:,.0f} GB/s")
+    try:
+        import torchvision
+        env += f", torchvision {torchvision.__version__}"
+    except ImportError:
+        pass
+    lines = [env, "", "| workload | implementation | ms per batch | images/s | % of copy bandwidth | time / orbbec NCHW |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for name, peer, ms, ips, pct, ratio in rows:
+        if ips is None:
+            lines.append(f"| {name} | {peer} | {ms:.4f} % | | | |")
+        else:
+            lines.append(f"| {name} | {peer} | {ms:.4f} | {ips:,.0f} | {pct:.1f} | {ratio:.2f}x |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

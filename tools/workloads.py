@@ -1,0 +1,47 @@
+"""The benchmark workloads of shared/WORKLOADS.md: sample photographs and per-image matrices."""
+from __future__ import annotations
+
+import numpy as np
+
+WARP_WORKLOADS = {
+    # name: (batch, input (h, w), output (h, w))
+    "face": (512, (250, 250), (112, 112)),
+    "det": (64, (640, 640), (640, 640)),
+    "hd": (16, (1080, 1920), (540, 960)),
+}
+VARSIZE_SHAPES = [(375, 500), (480, 640), (333, 500), (500, 375), (427, 640), (640, 480)]
+
+
+def photos_bgr(batch: int, in_hw, shapes=None) -> list:
+    """Image i: astronaut, chelsea, coffee, rocket cycled, resized (INTER_LINEAR) to in_hw (or
+    shapes[i % len(shapes)]), rolled right by 37*i pixels, RGB -> BGR; uint8 HWC."""
+    import cv2
+    from skimage import data
+
+    base = [getattr(data, n)() for n in ("astronaut", "chelsea", "coffee", "rocket")]
+    out = []
+    for i in range(batch):
+        h, w = shapes[i % len(shapes)] if shapes else in_hw
+        img = cv2.resize(base[i % 4], (w, h), interpolation=cv2.INTER_LINEAR)
+        out.append(np.ascontiguousarray(np.roll(img, 37 * i, axis=1)[:, :, ::-1]))
+    return out
+
+
+def forward_matrices(batch: int, in_hws, out_hw, seed: int = 0) -> np.ndarray:
+    """cv2-convention (src -> dst) matrices, [batch, 2, 3] float64, drawn as WORKLOADS.md says."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    oh, ow = out_hw
+    mats = []
+    for i in range(batch):
+        h, w = in_hws[i % len(in_hws)] if isinstance(in_hws, list) else in_hws
+        angle = rng.uniform(-30, 30)
+        s = rng.uniform(0.8, 1.2) * min(oh / h, ow / w)
+        m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, s)
+        m[0, 2] += ow / 2 - w / 2 + rng.uniform(-0.1, 0.1) * ow
+        m[1, 2] += oh / 2 - h / 2 + rng.uniform(-0.1, 0.1) * oh
+        m[0, 2] += rng.uniform(-0.5, 0.5)
+        m[1, 2] += rng.uniform(-0.5, 0.5)
+        mats.append(m)
+    return np.stack(mats)
