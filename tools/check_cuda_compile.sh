@@ -9,6 +9,14 @@ if ! command -v "$NVCC" >/dev/null 2>&1; then
 fi
 INCLUDES=$(python -c 'import sysconfig, torch.utils.cpp_extension as c; print(" ".join("-I" + p for p in c.include_paths() + [sysconfig.get_paths()["include"]]))')
 ABI=$(python -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+# A CPU-only torch wheel ships the c10/cuda headers but not the header its CUDA build generates;
+# supply it (it only says c10_cuda is a shared library) so the sources compile against either.
+STUB=$(mktemp -d)
+if ! python -c 'import torch.utils.cpp_extension as c, os, sys; sys.exit(0 if any(os.path.exists(os.path.join(p, "c10/cuda/impl/cuda_cmake_macros.h")) for p in c.include_paths()) else 1)'; then
+  mkdir -p "$STUB/c10/cuda/impl"
+  printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' > "$STUB/c10/cuda/impl/cuda_cmake_macros.h"
+fi
+INCLUDES="-I$STUB $INCLUDES"
 status=0
 for f in $(find orbbec -name '*.cu' | sort); do
   if "$NVCC" -std=c++17 -O3 -arch=sm_90 -DWITH_CUDA --expt-relaxed-constexpr -D_GLIBCXX_USE_CXX11_ABI=$ABI \
@@ -18,5 +26,5 @@ for f in $(find orbbec -name '*.cu' | sort); do
     echo "check_cuda_compile: FAIL $f"; status=1
   fi
 done
-rm -f /tmp/orbbec_check_$$.o
+rm -rf /tmp/orbbec_check_$$.o "$STUB"
 exit $status
