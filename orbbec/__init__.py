@@ -8,7 +8,7 @@ Every op runs on CPU and, when built with CUDA, on the GPU of its inputs.
 """
 from ._library import get_compiler_version, get_compiling_cuda_version, with_cuda  # noqa: F401  (loads _C)
 
-from . import warpaffine  # noqa: E402,F401
+from . import nms, roi_align, warpaffine  # noqa: E402,F401
 
 __version__ = "0.1.0"
-__all__ = ["warpaffine", "get_compiler_version", "get_compiling_cuda_version", "with_cuda"]
+__all__ = ["warpaffine", "nms", "roi_align", "get_compiler_version", "get_compiling_cuda_version", "with_cuda"]

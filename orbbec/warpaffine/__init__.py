@@ -100,8 +100,26 @@ def _border_values(border_value, channels: int) -> list:
     return values
 
 
+_OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.uint8)
+
+
+def _check_image_list(images, input_layout: str):
+    if input_layout not in ("HWC", "CHW"):
+        raise ValueError(f"orbbec: 'input_layout' must be 'HWC' or 'CHW', got {input_layout!r}")
+    if len(images) == 0:
+        raise ValueError("orbbec: 'src' must hold at least one image")
+    hwc = []
+    for i, im in enumerate(images):
+        if not isinstance(im, torch.Tensor) or im.dim() != 3:
+            raise ValueError(f"orbbec: 'src[{i}]' must be a 3-D {input_layout} tensor")
+        if im.dtype not in _DTYPES:
+            raise TypeError(f"orbbec: 'src[{i}]' must be uint8, float16, bfloat16, float32 or float64, got {im.dtype}")
+        hwc.append(im if input_layout == "HWC" else im.permute(1, 2, 0))
+    return hwc
+
+
 def warp_affine(
-    src: torch.Tensor,
+    src: Union[torch.Tensor, Sequence[torch.Tensor]],
     M: torch.Tensor,
     dsize: Tuple[int, int],
     *,
@@ -109,12 +127,21 @@ def warp_affine(
     border_mode: Union[str, int] = "constant",
     border_value: Union[float, Sequence[float]] = 0,
     inverse_map: bool = False,
+    out_dtype: Optional[torch.dtype] = None,
+    mean: Optional[Sequence[float]] = None,
+    std: Optional[Sequence[float]] = None,
+    scale: float = 1.0,
+    reverse_channels: bool = False,
+    out_layout: Optional[str] = None,
+    input_layout: str = "HWC",
 ) -> torch.Tensor:
     """cv2.warpAffine for a batch: ``out[b] = cv2.warpAffine(src[b], M[b], dsize, ...)``.
 
     Args:
         src: [B, C, H, W] or [C, H, W]; uint8, float16, bfloat16, float32 or float64; any channel
-            count; NCHW or channels_last (the output keeps channels_last), on CPU or CUDA.
+            count; NCHW or channels_last (the output keeps channels_last), on CPU or CUDA. Or a list
+            of B images of different sizes, HWC as decoders return them (``input_layout="CHW"`` for
+            [C, H, W] ones), warped in one launch.
         M: [B, 2, 3] (one matrix per image) or [2, 3] (shared), float32 or float64, on src's device.
             It maps source to destination pixels unless ``inverse_map``; it is inverted in float64
             as cv2 does.
@@ -124,21 +151,71 @@ def warp_affine(
         border_value: constant border value, one number or one per channel.
         inverse_map: M maps each output pixel to the input position it samples
             (cv2.WARP_INVERSE_MAP).
+        out_dtype, mean, std, scale, reverse_channels, out_layout: the fused output, computed in the
+            same pass: ``out[c] = (v[c'] * scale - mean[c]) / std[c]`` where v is the sampled value
+            (not rounded to the image type) and c' = C-1-c with ``reverse_channels`` (BGR <-> RGB);
+            written as ``out_dtype`` (float32, float16, bfloat16 or uint8) in ``out_layout`` "NCHW"
+            or "NHWC" (an NCHW-shaped tensor in channels_last memory). Not differentiable.
 
-    Returns [B, C, dsize[1], dsize[0]] (or [C, ...]) of src's dtype; uint8 rounds and saturates.
-    Pixels whose source position is not finite (or further than 2^30 from the image) get the
-    constant border value whatever the border mode. Differentiable in src and M for floating
-    images.
+    Returns [B, C, dsize[1], dsize[0]] (or [C, ...]) of src's dtype unless ``out_dtype``; uint8
+    rounds half to even and saturates. Pixels whose source position is not finite (or further
+    than 2^30 from the image) get the constant border value whatever the border mode. The plain
+    warp is differentiable in src and M for floating images.
     """
-    src4, batched = _check_src(src)
-    M = _check_matrix(M, src4)
+    is_list = isinstance(src, (list, tuple))
+    if is_list:
+        images = _check_image_list(src, input_layout)
+        probe = images[0].permute(2, 0, 1).unsqueeze(0)
+        batch = len(images)
+        M = _check_matrix(M, probe.expand(batch, *probe.shape[1:]))
+        channels, dtype, batched = probe.shape[1], probe.dtype, True
+    else:
+        src4, batched = _check_src(src)
+        M = _check_matrix(M, src4)
+        channels, dtype = src4.shape[1], src4.dtype
     out_w, out_h = _check_dsize(dsize)
     interp = _mode_code(interpolation, _INTERPOLATIONS, _CV2_INTERPOLATIONS, "interpolation")
     border = _mode_code(border_mode, _BORDERS, _CV2_BORDERS, "border_mode")
-    values = _border_values(border_value, src4.shape[1])
+    values = _border_values(border_value, channels)
     inv = M if inverse_map else invert_affine(M)
-    out = torch.ops.orbbec.warp_affine(src4, inv, out_h, out_w, interp, border, values)
+    fused = is_list or out_dtype is not None or mean is not None or std is not None or scale != 1.0 \
+        or reverse_channels or out_layout is not None
+    if not fused:
+        out = torch.ops.orbbec.warp_affine(src4, inv, out_h, out_w, interp, border, values)
+        return out if batched else out.squeeze(0)
+    out_dtype = dtype if out_dtype is None else out_dtype
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"orbbec: 'out_dtype' must be float32, float16, bfloat16 or uint8, got {out_dtype}")
+    if out_layout is None:
+        channels_last = (not is_list) and src4.shape[1] > 1 and not src4.is_contiguous() \
+            and src4.is_contiguous(memory_format=torch.channels_last)
+    elif out_layout in ("NCHW", "NHWC"):
+        channels_last = out_layout == "NHWC"
+    else:
+        raise ValueError(f"orbbec: 'out_layout' must be 'NCHW' or 'NHWC', got {out_layout!r}")
+    mean_list = _per_channel(mean, channels, "mean")
+    std_list = _per_channel(std, channels, "std")
+    if any(v == 0 for v in std_list):
+        raise ValueError("orbbec: 'std' must be non-zero")
+    args = (inv, out_h, out_w, interp, border, values, out_dtype, mean_list, std_list, float(scale),
+            bool(reverse_channels), channels_last)
+    if is_list:
+        return torch.ops.orbbec.warp_affine_list(images, *args)
+    out = torch.ops.orbbec.warp_affine_fused(src4, *args)
     return out if batched else out.squeeze(0)
+
+
+def _per_channel(values, channels: int, name: str) -> list:
+    if values is None:
+        return []
+    if isinstance(values, torch.Tensor):
+        values = values.flatten().tolist()
+    if isinstance(values, (int, float)):
+        return [float(values)]
+    values = [float(v) for v in values]
+    if len(values) not in (1, channels):
+        raise ValueError(f"orbbec: '{name}' must hold 1 value or {channels} (one per channel), got {len(values)}")
+    return values
 
 
 def affine_torch(input: torch.Tensor, affine_matrix: torch.Tensor, out_h: int, out_w: int) -> torch.Tensor:

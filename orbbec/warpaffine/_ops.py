@@ -20,6 +20,23 @@ def _warp_affine_fake(src, inv_matrix, out_h, out_w, interpolation, border_mode,
     return src.new_empty((src.shape[0], src.shape[1], out_h, out_w)).contiguous(memory_format=_output_format(src))
 
 
+def _fused_output(batch, channels, out_h, out_w, out_dtype, channels_last, like):
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    return like.new_empty((batch, channels, out_h, out_w), dtype=out_dtype).contiguous(memory_format=fmt)
+
+
+@torch.library.register_fake("orbbec::warp_affine_fused")
+def _warp_affine_fused_fake(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value, out_dtype,
+                            mean, std, scale, reverse_channels, channels_last_out):
+    return _fused_output(src.shape[0], src.shape[1], out_h, out_w, out_dtype, channels_last_out, src)
+
+
+@torch.library.register_fake("orbbec::warp_affine_list")
+def _warp_affine_list_fake(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value, out_dtype,
+                           mean, std, scale, reverse_channels, channels_last_out):
+    return _fused_output(len(images), images[0].shape[2], out_h, out_w, out_dtype, channels_last_out, images[0])
+
+
 @torch.library.register_fake("orbbec::warp_affine_backward")
 def _warp_affine_backward_fake(grad_out, src, inv_matrix, interpolation, border_mode, border_value,
                                need_src_grad, need_matrix_grad):

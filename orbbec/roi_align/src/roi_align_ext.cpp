@@ -26,7 +26,8 @@ Params check_forward_args(const at::Tensor& input, const at::Tensor& rois, doubl
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   ORBBEC_CHECK_VALUE(input.size(2) > 0 && input.size(3) > 0 && input.size(2) < kIntMax && input.size(3) < kIntMax,
                      "orbbec: 'input' must have a height and width in [1, 2^31 - 1), got shape ", input.sizes());
-  ORBBEC_CHECK_VALUE(rois.size(0) < kIntMax, "orbbec: at most 2^31 - 1 rois, got ", rois.size(0));
+  ORBBEC_CHECK_VALUE(rois.size(0) < kIntMax && input.size(0) < kIntMax,
+                     "orbbec: at most 2^31 - 1 rois and images, got ", rois.size(0), " and ", input.size(0));
   ORBBEC_CHECK_VALUE(pooled_h > 0 && pooled_w > 0 && pooled_h < kIntMax && pooled_w < kIntMax,
                      "orbbec: 'output_size' must be positive (and below 2^31), got (", pooled_h, ", ", pooled_w, ")");
   ORBBEC_CHECK_VALUE(sampling_ratio <= kMaxGrid, "orbbec: 'sampling_ratio' must be at most ", kMaxGrid, ", got ",

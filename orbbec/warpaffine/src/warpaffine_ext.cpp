@@ -63,6 +63,64 @@ BorderValues check_backward_args(const at::Tensor& grad_out, const at::Tensor& s
   return bv;
 }
 
+OutputTransform check_output_args(int64_t channels, at::ScalarType out_dtype, at::ArrayRef<double> mean,
+                                  at::ArrayRef<double> std, double scale, bool reverse_channels) {
+  ORBBEC_CHECK_TYPE(out_dtype == at::kFloat || out_dtype == at::kHalf || out_dtype == at::kBFloat16 ||
+                        out_dtype == at::kByte,
+                    "orbbec: 'out_dtype' must be float32, float16, bfloat16 or uint8, got ", out_dtype);
+  ORBBEC_CHECK_VALUE(channels <= kMaxBorderChannels, "orbbec: the fused output supports up to ",
+                     kMaxBorderChannels, " channels, got ", channels);
+  auto expand = [&](at::ArrayRef<double> v, const char* name, double fallback, float* dst) {
+    ORBBEC_CHECK_VALUE(v.size() <= 1 || int64_t(v.size()) == channels, "orbbec: '", name,
+                       "' must hold 1 value or one per channel (", channels, "), got ", v.size());
+    for (int64_t c = 0; c < channels; ++c) {
+      dst[c] = static_cast<float>(v.empty() ? fallback : v[v.size() == 1 ? 0 : c]);
+    }
+  };
+  OutputTransform ot{};
+  ot.reverse_channels = reverse_channels;
+  ot.scale = static_cast<float>(scale);
+  ot.normalize = !mean.empty() || !std.empty() || scale != 1.0;
+  expand(mean, "mean", 0.0, ot.mean);
+  expand(std, "std", 1.0, ot.std);
+  for (int64_t c = 0; c < channels; ++c) {
+    ORBBEC_CHECK_VALUE(ot.std[c] != 0.0f, "orbbec: 'std' must be non-zero, got 0 for channel ", c);
+  }
+  return ot;
+}
+
+BorderValues check_list_args(at::TensorList images, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
+                             int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value) {
+  ORBBEC_CHECK_VALUE(!images.empty(), "orbbec: 'images' must hold at least one image");
+  const at::Tensor& first = images[0];
+  for (size_t i = 0; i < images.size(); ++i) {
+    const at::Tensor& im = images[i];
+    ORBBEC_CHECK_VALUE(im.dim() == 3, "orbbec: 'images[", i, "]' must be an HWC image (3-D), got shape ",
+                       im.sizes());
+    ORBBEC_CHECK_VALUE(im.size(2) == first.size(2), "orbbec: 'images[", i, "]' has ", im.size(2),
+                       " channels, 'images[0]' has ", first.size(2));
+    ORBBEC_CHECK_TYPE(im.scalar_type() == first.scalar_type(), "orbbec: 'images[", i, "]' is ", im.scalar_type(),
+                      ", 'images[0]' is ", first.scalar_type());
+    ORBBEC_CHECK_VALUE(im.device() == first.device(), "orbbec: 'images[", i, "]' is on ", im.device(),
+                       ", 'images[0]' on ", first.device());
+    ORBBEC_CHECK_VALUE(im.size(0) > 0 && im.size(1) > 0 && im.size(2) > 0,
+                       "orbbec: 'images[", i, "]' must not be empty, got shape ", im.sizes());
+  }
+  // The rest is checked as for a batch: one HWC image viewed as [1, C, H, W].
+  ORBBEC_CHECK_VALUE(inv_matrix.dim() == 3 && inv_matrix.size(0) == int64_t(images.size()),
+                     "orbbec: 'matrix' must have shape [B, 2, 3] with B = ", images.size(),
+                     " (one per image), got ", inv_matrix.sizes());
+  return check_forward_args(first.permute({2, 0, 1}).unsqueeze(0), inv_matrix.narrow(0, 0, 1), out_h, out_w,
+                            interpolation, border_mode, border_value);
+}
+
+at::Tensor make_fused_output(int64_t B, int64_t C, int64_t out_h, int64_t out_w, at::ScalarType dtype,
+                             bool channels_last, const at::Device& device) {
+  return at::empty({B, C, out_h, out_w}, at::TensorOptions().dtype(dtype).device(device).memory_format(
+                                             channels_last ? at::MemoryFormat::ChannelsLast
+                                                           : at::MemoryFormat::Contiguous));
+}
+
 at::MemoryFormat output_format(const at::Tensor& src) {
   if (src.size(1) > 1 && src.is_contiguous(at::MemoryFormat::ChannelsLast) && !src.is_contiguous()) {
     return at::MemoryFormat::ChannelsLast;
@@ -77,6 +135,15 @@ TORCH_LIBRARY_FRAGMENT(orbbec, m) {
   // inv_matrix maps each output pixel to the input position it samples (OpenCV's WARP_INVERSE_MAP).
   m.def("warp_affine(Tensor src, Tensor inv_matrix, int out_h, int out_w, int interpolation, "
         "int border_mode, float[] border_value) -> Tensor");
+  // warp_affine, then out = (v * scale - mean) / std per channel (channels optionally reversed),
+  // written as out_dtype in NCHW or NHWC, in one pass. No autograd.
+  m.def("warp_affine_fused(Tensor src, Tensor inv_matrix, int out_h, int out_w, int interpolation, "
+        "int border_mode, float[] border_value, ScalarType out_dtype, float[] mean, float[] std, float scale, "
+        "bool reverse_channels, bool channels_last_out) -> Tensor");
+  // The same for a list of HWC images of different sizes (as decoders return them), one launch.
+  m.def("warp_affine_list(Tensor[] images, Tensor inv_matrix, int out_h, int out_w, int interpolation, "
+        "int border_mode, float[] border_value, ScalarType out_dtype, float[] mean, float[] std, float scale, "
+        "bool reverse_channels, bool channels_last_out) -> Tensor");
   // Gradients of warp_affine with respect to src and inv_matrix (zeros where not needed).
   m.def("warp_affine_backward(Tensor grad_out, Tensor src, Tensor inv_matrix, int interpolation, "
         "int border_mode, float[] border_value, bool need_src_grad, bool need_matrix_grad) -> (Tensor, Tensor)");

@@ -20,6 +20,19 @@ BorderValues check_backward_args(const at::Tensor& grad_out, const at::Tensor& s
                                  const at::Tensor& inv_matrix, int64_t interpolation, int64_t border_mode,
                                  at::ArrayRef<double> border_value);
 
+// Checks the fused output arguments (dtype float32/float16/bfloat16/uint8; mean and std with 0, 1 or
+// C values, std non-zero) and returns them as the kernels take them.
+OutputTransform check_output_args(int64_t channels, at::ScalarType out_dtype, at::ArrayRef<double> mean,
+                                  at::ArrayRef<double> std, double scale, bool reverse_channels);
+
+// Checks a list of HWC images (same channels, dtype and device; non-empty) and the rest as
+// check_forward_args does.
+BorderValues check_list_args(at::TensorList images, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
+                             int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value);
+
+at::Tensor make_fused_output(int64_t B, int64_t C, int64_t out_h, int64_t out_w, at::ScalarType dtype,
+                             bool channels_last, const at::Device& device);
+
 // The memory format the output takes: channels_last when the input is, else contiguous.
 at::MemoryFormat output_format(const at::Tensor& src);
 

@@ -1,6 +1,13 @@
 // CPU kernels of nms, batched_nms and soft_nms. Boxes are sorted once (stable, so ties keep the
 // lower index first, as on the GPU) and copied into structure-of-arrays form so that the inner
 // suppression loop is a branch-free loop the compiler vectorizes.
+//
+// GCC only turns the float selects of the IoU (min, max, the union guard) into vector blends when
+// it may assume floating-point operations do not trap; that changes no result, only code shape.
+// It must come before every include so that all inline functions share the setting and inline.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <numeric>
 #include <tuple>
 #include <vector>

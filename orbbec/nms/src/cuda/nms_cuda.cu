@@ -10,8 +10,6 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "common/src/cuda_utils.cuh"
@@ -178,7 +176,8 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(
       const Word* rows_b = mask + tile_base(b, W);
       for (int64_t w = b + 1 + tid; w <= last; w += blockDim.x) {
         Word acc = 0;
-        for (int k = 0; k < nk; ++k) acc |= rows_b[kept_rows[k] * stride + (w - b)];
+#pragma unroll 8
+        for (int k = 0; k < nk; ++k) acc |= rows_b[kept_rows[k] * stride + (w - b)];  // independent loads
         removed[w] |= acc;
       }
     }
@@ -197,7 +196,7 @@ at::Tensor suppress(const at::Tensor& boxes, const at::Tensor& order, const at::
   ORBBEC_CHECK_VALUE((W + 1) / 2 <= 65535, "orbbec: CUDA nms supports up to ", 65535 * 2 * kTile,
                      " boxes, got ", n);
   const bool by_class = cls_sorted.defined();
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current_stream();
   const auto opts = boxes.options();
   const at::Tensor boxes_c = boxes.contiguous();
   at::Tensor mask = at::empty({kTile * (W * (W + 1) / 2)}, opts.dtype(at::kLong));
@@ -257,7 +256,7 @@ at::Tensor sort_by_score(const at::Tensor& scores) {
 
 at::Tensor nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold) {
   check_nms_args(boxes, scores, iou_threshold);
-  const at::cuda::CUDAGuard guard(boxes.device());
+  const c10::cuda::CUDAGuard guard(boxes.device());
   if (boxes.size(0) == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
   return suppress(boxes, sort_by_score(scores), at::Tensor(), at::Tensor(), at::Tensor(), iou_threshold);
 }
@@ -265,7 +264,7 @@ at::Tensor nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, double io
 at::Tensor batched_nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
                             double iou_threshold) {
   check_batched_args(boxes, scores, idxs, iou_threshold);
-  const at::cuda::CUDAGuard guard(boxes.device());
+  const c10::cuda::CUDAGuard guard(boxes.device());
   const int64_t n = boxes.size(0);
   if (n == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
   const at::Tensor by_score = sort_by_score(scores);
@@ -358,11 +357,11 @@ std::tuple<at::Tensor, at::Tensor> soft_nms_cuda(const at::Tensor& boxes, const 
                                                  double iou_threshold, double sigma, double score_threshold,
                                                  int64_t method) {
   check_soft_args(boxes, scores, iou_threshold, sigma, score_threshold, method);
-  const at::cuda::CUDAGuard guard(boxes.device());
+  const c10::cuda::CUDAGuard guard(boxes.device());
   const int64_t n = boxes.size(0);
   const auto opts = boxes.options();
   if (n == 0) return {at::empty({0}, opts.dtype(at::kLong)), at::empty({0}, scores.options())};
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current_stream();
   const at::Tensor boxes_c = boxes.contiguous();
   at::Tensor idx = at::empty({n}, opts.dtype(at::kLong));
   at::Tensor count = at::empty({1}, opts.dtype(at::kLong));

@@ -147,8 +147,11 @@ ORBBEC_ROI_HD void pool_bin(int grid_h, int grid_w, const TapY& tap_y, const Tap
       const AxisTap<acc_t> tx = tap_x(ix);
       acc_t val[VEC];
       if (ty.lo < 0 || tx.lo < 0) {
-        if (!MAX) continue;
-        for (int v = 0; v < VEC; ++v) val[v] = acc_t(0);
+        if constexpr (!MAX) {
+          continue;
+        } else {
+          for (int v = 0; v < VEC; ++v) val[v] = acc_t(0);
+        }
       } else {
         acc_t p00[VEC], p01[VEC], p10[VEC], p11[VEC];
         load(ty.lo, tx.lo, p00);

@@ -175,7 +175,8 @@ at::Tensor roi_align_backward_cpu(const at::Tensor& grad, const at::Tensor& rois
     check_batch_indices<scalar_t>(rois_c, input.size(0));
     // float16/bfloat16 gradients are summed in float32 and rounded once at the end.
     const auto acc_dtype = c10::CppTypeToScalarType<acc_t>::value;
-    at::Tensor gin = at::zeros(input.sizes(), input.options().dtype(acc_dtype).memory_format(fmt));
+    // (at::zeros would drop the memory format)
+    at::Tensor gin = at::empty(input.sizes(), input.options().dtype(acc_dtype).memory_format(fmt)).zero_();
     if (grad.numel() > 0) {
       if (pool_mode == kMax) {
         at::Tensor values = at::empty(grad.sizes(), grad.options());

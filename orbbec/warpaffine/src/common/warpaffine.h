@@ -65,6 +65,40 @@ ORBBEC_HD double mul_rn(double a, double b) {
 #endif
 }
 
+ORBBEC_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+ORBBEC_HD double div_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+// What happens to a sampled value on its way out (the fused output of warp_affine_fused):
+// out[c] = (v[c'] * scale - mean[c]) / std[c] with c' = C - 1 - c when channels are reversed
+// (BGR <-> RGB). The sampled value is not rounded to the image type first.
+struct OutputTransform {
+  bool normalize;
+  bool reverse_channels;
+  float scale;
+  float mean[kMaxBorderChannels];
+  float std[kMaxBorderChannels];
+  ORBBEC_HD int64_t source_channel(int64_t c, int64_t C) const { return reverse_channels ? C - 1 - c : c; }
+  template <typename acc_t>
+  ORBBEC_HD acc_t apply(acc_t v, int64_t c) const {
+    if (!normalize) return v;
+    // the order and rounding of torch's (x * scale - mean) / std, so fused == unfused bit for bit
+    const acc_t scaled = mul_rn(v, static_cast<acc_t>(scale));
+    return div_rn(add_rn(scaled, -static_cast<acc_t>(mean[c])), static_cast<acc_t>(std[c]));
+  }
+};
+
 // Source coordinate of output column x in a row whose constant part row_term = m1*y + m2 was
 // computed once. OpenCV 5 does fma(float(m0), x, float(row_term)) in float32: the product of a
 // float and an integer below 2^24 is exact in double, so one double add rounded to float gives the
@@ -81,6 +115,14 @@ ORBBEC_HD double row_term(double m1, double m2, int64_t y) {
 }
 
 ORBBEC_HD bool coord_ok(double c) { return ::fabs(c) < kMaxCoord; }  // false for NaN and inf
+
+// floor() for a coordinate already known to pass coord_ok: an integer conversion and a compare,
+// where the library floor is a function call on CPUs without SSE4.1.
+template <typename acc_t>
+ORBBEC_HD int64_t floor_coord(acc_t v) {
+  const int64_t i = static_cast<int64_t>(v);  // truncates toward zero
+  return v < static_cast<acc_t>(i) ? i - 1 : i;
+}
 
 // Maps an out-of-range tap index into [0, len) (OpenCV's borderInterpolate, in closed form so
 // that far-away taps cost the same as near ones). Only called for modes other than constant.
@@ -111,7 +153,7 @@ struct Store<uint8_t, acc_t> {
 #if defined(__CUDA_ARCH__)
     const int r = __float2int_rn(static_cast<float>(v));
 #else
-    const int r = static_cast<int>(::rint(static_cast<float>(v)));
+    const int r = static_cast<int>(::lrintf(static_cast<float>(v)));  // inlined with -fno-math-errno
 #endif
     return static_cast<uint8_t>(r < 0 ? 0 : (r > 255 ? 255 : r));
   }
@@ -162,11 +204,10 @@ ORBBEC_HD Taps<acc_t> make_taps(acc_t sx, acc_t sy, int64_t interpolation) {
     t.y0 = static_cast<int64_t>(::rint(sy));
     t.n = 1; t.fx = t.fy = acc_t(0);
   } else {
-    const acc_t flx = static_cast<acc_t>(::floor(sx)), fly = static_cast<acc_t>(::floor(sy));
-    t.fx = sx - flx;  // exact: sx and floor(sx) are within one binade
-    t.fy = sy - fly;
-    t.x0 = static_cast<int64_t>(flx);
-    t.y0 = static_cast<int64_t>(fly);
+    t.x0 = floor_coord(sx);
+    t.y0 = floor_coord(sy);
+    t.fx = sx - static_cast<acc_t>(t.x0);  // exact: sx and floor(sx) are within one binade
+    t.fy = sy - static_cast<acc_t>(t.y0);
     t.n = 2;
     if (interpolation == kBicubic) { t.x0 -= 1; t.y0 -= 1; t.n = 4; }
   }

@@ -15,46 +15,72 @@ namespace {
 template <typename scalar_t>
 using acc_type = typename std::conditional<std::is_same<scalar_t, double>::value, double, float>::type;
 
-struct Geometry {
-  int64_t B, C, H, W, OH, OW;
-  int64_t s0, s1, s2, s3;  // src strides (elements)
-  int64_t o0, o1, o2, o3;  // out strides
+// One image as the kernels read it: element (c, y, x) at data[c * sc + y * sh + x * sw].
+template <typename T>
+struct ImageView {
+  const T* data;
+  int64_t H, W, sc, sh, sw;
+};
+// Where output element (b, c, y, x) goes.
+template <typename T>
+struct OutView {
+  T* data;
+  int64_t sb, sc, sh, sw;
 };
 
-Geometry geometry(const at::Tensor& src, const at::Tensor& out) {
-  return {src.size(0),   src.size(1),   src.size(2),   src.size(3),   out.size(2),   out.size(3),
-          src.stride(0), src.stride(1), src.stride(2), src.stride(3), out.stride(0), out.stride(1),
-          out.stride(2), out.stride(3)};
+template <typename T>
+std::vector<ImageView<T>> batch_views(const at::Tensor& src) {
+  std::vector<ImageView<T>> views(src.size(0));
+  for (int64_t b = 0; b < src.size(0); ++b) {
+    views[b] = {src.data_ptr<T>() + b * src.stride(0), src.size(2), src.size(3), src.stride(1), src.stride(2),
+                src.stride(3)};
+  }
+  return views;
 }
 
-template <typename scalar_t>
-void forward_kernel(const at::Tensor& src, const at::Tensor& mat, at::Tensor& out, int64_t interp,
-                    int64_t border, const BorderValues& bv) {
-  using acc_t = acc_type<scalar_t>;
-  const Geometry g = geometry(src, out);
-  const scalar_t* sp = src.data_ptr<scalar_t>();
-  scalar_t* op = out.data_ptr<scalar_t>();
-  const double* mp = mat.data_ptr<double>();
-  // The border value as the image type holds it (cv2 saturates it to the type first).
-  std::vector<acc_t> bval(g.C);
-  for (int64_t c = 0; c < g.C; ++c) bval[c] = static_cast<acc_t>(Store<scalar_t, double>::cast(bv[c]));
+template <typename T>
+OutView<T> out_view(at::Tensor& out) {
+  return {out.data_ptr<T>(), out.stride(0), out.stride(1), out.stride(2), out.stride(3)};
+}
 
-  at::parallel_for(0, g.B * g.OH, 1, [&](int64_t begin, int64_t end) {
+// Warps every image into out: one output row per task. The plain op is the case out_t == in_t
+// with the output transform off.
+template <typename in_t, typename out_t>
+void warp_images(const std::vector<ImageView<in_t>>& images, const double* mats, OutView<out_t> out, int64_t C,
+                 int64_t OH, int64_t OW, int64_t interp, int64_t border, const BorderValues& bv,
+                 const OutputTransform& ot) {
+  using acc_t = acc_type<in_t>;
+  // The border value as the image type holds it (cv2 saturates it to the type first).
+  std::vector<acc_t> bval(C);
+  for (int64_t c = 0; c < C; ++c) bval[c] = static_cast<acc_t>(Store<in_t, double>::cast(bv[c]));
+  const int64_t B = static_cast<int64_t>(images.size());
+
+  at::parallel_for(0, B * OH, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = r / g.OH, y = r % g.OH;
-      const double* M = mp + b * 6;
+      const int64_t b = r / OH, y = r % OH;
+      const ImageView<in_t>& im = images[b];
+      const double* M = mats + b * 6;
       const double rx = row_term(M[1], M[2], y), ry = row_term(M[4], M[5], y);
-      const scalar_t* img = sp + b * g.s0;
-      scalar_t* orow = op + b * g.o0 + y * g.o2;
-      for (int64_t x = 0; x < g.OW; ++x) {
+      out_t* orow = out.data + b * out.sb + y * out.sh;
+      for (int64_t x = 0; x < OW; ++x) {
         const Taps<acc_t> t =
             make_taps(source_coord(M[0], rx, x, acc_t()), source_coord(M[3], ry, x, acc_t()), interp);
-        for (int64_t c = 0; c < g.C; ++c) {
-          const scalar_t* plane = img + c * g.s1;
-          auto fetch = [&](int64_t ix, int64_t iy) {
-            return static_cast<acc_t>(plane[iy * g.s2 + ix * g.s3]);
-          };
-          orow[c * g.o1 + x * g.o3] = Store<scalar_t, acc_t>::cast(sample(t, g.H, g.W, border, bval[c], fetch));
+        if (t.valid && t.n == 2 && t.x0 >= 0 && t.x0 < im.W - 1 && t.y0 >= 0 && t.y0 < im.H - 1) {
+          // Bilinear with all four taps inside: the common case, without per-tap border tests.
+          const in_t* p = im.data + t.y0 * im.sh + t.x0 * im.sw;
+          for (int64_t c = 0; c < C; ++c) {
+            const in_t* q = p + ot.source_channel(c, C) * im.sc;
+            const acc_t v = blend_bilinear<acc_t>(q[0], q[im.sw], q[im.sh], q[im.sh + im.sw], t.fx, t.fy);
+            orow[c * out.sc + x * out.sw] = Store<out_t, acc_t>::cast(ot.apply(v, c));
+          }
+          continue;
+        }
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t cs = ot.source_channel(c, C);
+          const in_t* plane = im.data + cs * im.sc;
+          auto fetch = [&](int64_t ix, int64_t iy) { return static_cast<acc_t>(plane[iy * im.sh + ix * im.sw]); };
+          const acc_t v = sample(t, im.H, im.W, border, bval[cs], fetch);
+          orow[c * out.sc + x * out.sw] = Store<out_t, acc_t>::cast(ot.apply(v, c));
         }
       }
     }
@@ -70,10 +96,79 @@ at::Tensor warp_affine_cpu(const at::Tensor& src, const at::Tensor& inv_matrix, 
                              src.options().memory_format(output_format(src)));
   if (out.numel() == 0) return out;
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  const OutputTransform identity{};
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cpu", [&] {
-    forward_kernel<scalar_t>(src, mat, out, interpolation, border_mode, bv);
+    warp_images<scalar_t, scalar_t>(batch_views<scalar_t>(src), mat.data_ptr<double>(), out_view<scalar_t>(out),
+                                     src.size(1), out_h, out_w, interpolation, border_mode, bv, identity);
   });
   return out;
+}
+
+// The fused op on a batch tensor or on a list of HWC images: warp, then the output transform and
+// the output dtype and layout, in one pass.
+template <typename in_t>
+void fused_dispatch(const std::vector<ImageView<in_t>>& views, const at::Tensor& mat, at::Tensor& out,
+                    int64_t interp, int64_t border, const BorderValues& bv, const OutputTransform& ot) {
+  const int64_t C = out.size(1), OH = out.size(2), OW = out.size(3);
+  const double* m = mat.data_ptr<double>();
+  switch (out.scalar_type()) {
+    case at::kFloat: warp_images<in_t, float>(views, m, out_view<float>(out), C, OH, OW, interp, border, bv, ot); break;
+    case at::kHalf: warp_images<in_t, at::Half>(views, m, out_view<at::Half>(out), C, OH, OW, interp, border, bv, ot); break;
+    case at::kBFloat16:
+      warp_images<in_t, at::BFloat16>(views, m, out_view<at::BFloat16>(out), C, OH, OW, interp, border, bv, ot);
+      break;
+    case at::kByte: warp_images<in_t, uint8_t>(views, m, out_view<uint8_t>(out), C, OH, OW, interp, border, bv, ot); break;
+    default: TORCH_INTERNAL_ASSERT(false, "out_dtype was checked");
+  }
+}
+
+at::Tensor warp_affine_fused_cpu(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
+                                 int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
+                                 at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
+                                 double scale, bool reverse_channels, bool channels_last_out) {
+  const BorderValues bv =
+      check_forward_args(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
+  const OutputTransform ot = check_output_args(src.size(1), out_dtype, mean, std, scale, reverse_channels);
+  at::Tensor out = make_fused_output(src.size(0), src.size(1), out_h, out_w, out_dtype, channels_last_out, src.device());
+  if (out.numel() == 0) return out;
+  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_fused_cpu", [&] {
+    fused_dispatch<scalar_t>(batch_views<scalar_t>(src), mat, out, interpolation, border_mode, bv, ot);
+  });
+  return out;
+}
+
+at::Tensor warp_affine_list_cpu(at::TensorList images, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
+                                int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
+                                at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
+                                double scale, bool reverse_channels, bool channels_last_out) {
+  const BorderValues bv = check_list_args(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
+  const int64_t C = images.empty() ? 1 : images[0].size(2);
+  const OutputTransform ot = check_output_args(C, out_dtype, mean, std, scale, reverse_channels);
+  at::Tensor out = make_fused_output(static_cast<int64_t>(images.size()), C, out_h, out_w, out_dtype,
+                                     channels_last_out, inv_matrix.device());
+  if (out.numel() == 0) return out;
+  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, images[0].scalar_type(), "warp_affine_list_cpu", [&] {
+    std::vector<ImageView<scalar_t>> views;
+    for (const at::Tensor& im : images) {  // HWC: element (c, y, x) at c + y * stride(0) + x * stride(1)
+      views.push_back({im.data_ptr<scalar_t>(), im.size(0), im.size(1), im.stride(2), im.stride(0), im.stride(1)});
+    }
+    fused_dispatch<scalar_t>(views, mat, out, interpolation, border_mode, bv, ot);
+  });
+  return out;
+}
+
+struct Geometry {
+  int64_t B, C, H, W, OH, OW;
+  int64_t s0, s1, s2, s3;  // src strides (elements)
+  int64_t o0, o1, o2, o3;  // grad_out strides
+};
+
+Geometry geometry(const at::Tensor& src, const at::Tensor& out) {
+  return {src.size(0),   src.size(1),   src.size(2),   src.size(3),   out.size(2),   out.size(3),
+          src.stride(0), src.stride(1), src.stride(2), src.stride(3), out.stride(0), out.stride(1),
+          out.stride(2), out.stride(3)};
 }
 
 // Backward, one image per task (taps of different output pixels of one image may share a source
@@ -159,4 +254,6 @@ std::tuple<at::Tensor, at::Tensor> warp_affine_backward_cpu(const at::Tensor& gr
 TORCH_LIBRARY_IMPL(orbbec, CPU, m) {
   m.impl("warp_affine", &orbbec::warpaffine::warp_affine_cpu);
   m.impl("warp_affine_backward", &orbbec::warpaffine::warp_affine_backward_cpu);
+  m.impl("warp_affine_fused", &orbbec::warpaffine::warp_affine_fused_cpu);
+  m.impl("warp_affine_list", &orbbec::warpaffine::warp_affine_list_cpu);
 }

@@ -93,25 +93,49 @@ __device__ void stage_planes(unsigned char* smem, const unsigned char* row0_firs
   }
 }
 
-template <typename scalar_t>
-__global__ void __launch_bounds__(kThreads)
-    warp_forward_kernel(const scalar_t* __restrict__ src, scalar_t* __restrict__ out,
-                        const double* __restrict__ mats, Layout L, int64_t interp, int64_t border,
-                        BorderValues bv, int64_t tiles_x, int64_t tiles_per_image) {
-  using acc_t = acc_type<scalar_t>;
-  constexpr int64_t es = sizeof(scalar_t);
-  extern __shared__ __align__(16) unsigned char smem[];
-  const unsigned char* begin = reinterpret_cast<const unsigned char*>(src);
-  const unsigned char* end = begin + L.B * L.C * L.H * L.W * es;
-  const int64_t H = L.H, W = L.W;
-  const int64_t c_inner = L.channels_last ? L.C : 1;  // channels interleaved in a staged row
-  const int64_t planes = L.channels_last ? 1 : L.C;
+// One input image: contiguous NCHW (planes of H x W) or NHWC (rows of W x C).
+struct ImageDesc {
+  const unsigned char* data;
+  int64_t H, W;
+};
 
-  for (int64_t b = blockIdx.y; b < L.B; b += gridDim.y) {
+struct ForwardParams {
+  const ImageDesc* images;    // a list input: one per image, in device memory; nullptr for a batch
+  const unsigned char* base;  // a batch tensor: image b starts at base + b * C * H * W elements
+  int64_t B, C, H, W, OH, OW;
+  bool in_channels_last, out_channels_last;
+  int64_t interp, border;
+  BorderValues bv;
+  OutputTransform ot;
+};
+
+__device__ __forceinline__ int64_t image_offset(bool channels_last, int64_t C, int64_t H, int64_t W, int64_t c,
+                                                int64_t y, int64_t x) {
+  return channels_last ? (y * W + x) * C + c : (c * H + y) * W + x;
+}
+
+template <typename in_t, typename out_t>
+__global__ void __launch_bounds__(kThreads)
+    warp_forward_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats,
+                        int64_t tiles_x, int64_t tiles_per_image) {
+  using acc_t = acc_type<in_t>;
+  constexpr int64_t es = sizeof(in_t);
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int64_t C = p.C;
+  const bool cl = p.in_channels_last;
+  const int64_t c_inner = cl ? C : 1;  // channels interleaved in a staged row
+  const int64_t planes = cl ? 1 : C;
+
+  for (int64_t b = blockIdx.y; b < p.B; b += gridDim.y) {
+    const ImageDesc im = p.images ? p.images[b] : ImageDesc{p.base + b * C * p.H * p.W * es, p.H, p.W};
+    const int64_t H = im.H, W = im.W;
+    const in_t* src = reinterpret_cast<const in_t*>(im.data);
+    const unsigned char* begin = im.data;
+    const unsigned char* end = begin + C * H * W * es;
     const double* M = mats + b * 6;
     for (int64_t tile = blockIdx.x; tile < tiles_per_image; tile += gridDim.x) {
       const int64_t tx0 = (tile % tiles_x) * kTileW, ty0 = (tile / tiles_x) * kTileH;
-      const int64_t tx1 = min(tx0 + kTileW, L.OW) - 1, ty1 = min(ty0 + kTileH, L.OH) - 1;
+      const int64_t tx1 = min(tx0 + kTileW, p.OW) - 1, ty1 = min(ty0 + kTileH, p.OH) - 1;
 
       // This thread's pixels: column tx0 + lane, rows ty0 + row + 8k.
       const int64_t x = tx0 + threadIdx.x % kTileW;
@@ -123,10 +147,10 @@ __global__ void __launch_bounds__(kThreads)
         ys[k] = ty0 + threadIdx.x / kTileW + kRowsPerPass * k;
         active[k] = x <= tx1 && ys[k] <= ty1;
         taps[k] = make_taps(source_coord(M[0], row_term(M[1], M[2], ys[k]), x, acc_t()),
-                            source_coord(M[3], row_term(M[4], M[5], ys[k]), x, acc_t()), interp);
+                            source_coord(M[3], row_term(M[4], M[5], ys[k]), x, acc_t()), p.interp);
       }
 
-      const Footprint f = tile_footprint<acc_t>(M, tx0, ty0, tx1, ty1, interp, H, W);
+      const Footprint f = tile_footprint<acc_t>(M, tx0, ty0, tx1, ty1, p.interp, H, W);
       const int64_t rows = f.y1 - f.y0 + 1;
       const int64_t row_bytes = (f.x1 - f.x0 + 1) * c_inner * es;
       const int64_t pitch = (row_bytes + 15 + 15) / 16 * 16;
@@ -136,41 +160,71 @@ __global__ void __launch_bounds__(kThreads)
 
       for (int64_t p0 = 0; p0 < planes; p0 += step) {
         const int64_t np = min(step, planes - p0);
-        // Byte address of pixel (f.x0, f.y0) of plane p (NCHW) or of the image (NHWC).
-        const unsigned char* corner =
-            begin + element_offset(L, b, L.channels_last ? 0 : p0, f.y0, f.x0, H, W) * es;
+        // Byte address of pixel (f.x0, f.y0) of plane p0 (NCHW) or of the image (NHWC).
+        const unsigned char* corner = begin + image_offset(cl, C, H, W, cl ? 0 : p0, f.y0, f.x0) * es;
         if (staged) {
           stage_planes(smem, corner, H * W * es, W * c_inner * es, rows, pitch, np, row_bytes, begin, end);
           __syncthreads();
         }
-        const int64_t c_begin = L.channels_last ? 0 : p0, c_end = L.channels_last ? L.C : p0 + np;
-        for (int64_t c = c_begin; c < c_end; ++c) {
-          const scalar_t* plane = src + element_offset(L, b, c, 0, 0, H, W);
-          const int64_t q = c - c_begin;  // staged plane (NCHW); 0 for NHWC
-          const int64_t x_step = c_inner;
+        // Output channels whose source channel lies in this pass.
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t cs = p.ot.source_channel(c, C);
+          if (!cl && (cs < p0 || cs >= p0 + np)) continue;
+          const in_t* plane = src + image_offset(cl, C, H, W, cs, 0, 0);
+          const int64_t q = cl ? 0 : cs - p0;  // staged plane
           auto fetch = [&](int64_t ix, int64_t iy) -> acc_t {
             if (staged && ix >= f.x0 && ix <= f.x1 && iy >= f.y0 && iy <= f.y1) {
-              const unsigned char* first = corner + (L.channels_last ? 0 : q * H * W * es) +
-                                           (iy - f.y0) * W * c_inner * es;
+              const unsigned char* first = corner + q * H * W * es + (iy - f.y0) * W * c_inner * es;
               const int64_t shift = reinterpret_cast<uintptr_t>(first) & 15;
               const unsigned char* s = smem + (q * rows + (iy - f.y0)) * pitch + shift +
-                                       ((ix - f.x0) * c_inner + (L.channels_last ? c : 0)) * es;
-              return static_cast<acc_t>(*reinterpret_cast<const scalar_t*>(s));
+                                       ((ix - f.x0) * c_inner + (cl ? cs : 0)) * es;
+              return static_cast<acc_t>(*reinterpret_cast<const in_t*>(s));
             }
-            return static_cast<acc_t>(plane[(iy * W + ix) * x_step]);
+            return static_cast<acc_t>(plane[(iy * W + ix) * c_inner]);
           };
-          const acc_t bval = static_cast<acc_t>(Store<scalar_t, double>::cast(bv[c]));
+          const acc_t bval = static_cast<acc_t>(Store<in_t, double>::cast(p.bv[cs]));
 #pragma unroll
           for (int k = 0; k < kPixelsPerThread; ++k) {
             if (!active[k]) continue;
-            const acc_t v = sample(taps[k], H, W, border, bval, fetch);
-            out[element_offset(L, b, c, ys[k], x, L.OH, L.OW)] = Store<scalar_t, acc_t>::cast(v);
+            const acc_t v = sample(taps[k], H, W, p.border, bval, fetch);
+            const int64_t o = b * C * p.OH * p.OW + image_offset(p.out_channels_last, C, p.OH, p.OW, c, ys[k], x);
+            out[o] = Store<out_t, acc_t>::cast(p.ot.apply(v, c));
           }
         }
         if (staged) __syncthreads();  // the next pass or tile overwrites shared memory
       }
     }
   }
+}
+
+template <typename in_t, typename out_t>
+void launch_forward(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
+  const int64_t tiles_x = (p.OW + kTileW - 1) / kTileW;
+  const int64_t tiles = tiles_x * ((p.OH + kTileH - 1) / kTileH);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, 1 << 30)),
+                  static_cast<unsigned>(std::min<int64_t>(p.B, 65535)));
+  warp_forward_kernel<in_t, out_t><<<grid, kThreads, kSmemBytes, current_stream()>>>(
+      p, out.data_ptr<out_t>(), mat.data_ptr<double>(), tiles_x, tiles);
+  ORBBEC_LAUNCH_CHECK();
+}
+
+template <typename in_t>
+void launch_fused(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
+  switch (out.scalar_type()) {
+    case at::kFloat: launch_forward<in_t, float>(p, out, mat); break;
+    case at::kHalf: launch_forward<in_t, at::Half>(p, out, mat); break;
+    case at::kBFloat16: launch_forward<in_t, at::BFloat16>(p, out, mat); break;
+    case at::kByte: launch_forward<in_t, uint8_t>(p, out, mat); break;
+    default: TORCH_INTERNAL_ASSERT(false, "out_dtype was checked");
+  }
+}
+
+ForwardParams batch_params(const at::Tensor& in, const at::Tensor& out, int64_t interpolation,
+                           int64_t border_mode, const BorderValues& bv, const OutputTransform& ot) {
+  return {nullptr, static_cast<const unsigned char*>(in.data_ptr()), in.size(0), in.size(1), in.size(2), in.size(3),
+          out.size(2), out.size(3), output_format(in) == at::MemoryFormat::ChannelsLast,
+          out.is_contiguous(at::MemoryFormat::ChannelsLast) && !out.is_contiguous(), interpolation, border_mode,
+          bv, ot};
 }
 
 at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h,
@@ -184,19 +238,62 @@ at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix,
   at::Tensor out = at::empty({src.size(0), src.size(1), out_h, out_w}, src.options().memory_format(fmt));
   if (out.numel() == 0) return out;
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  const Layout L{in.size(0), in.size(1), in.size(2), in.size(3), out_h, out_w,
-                 fmt == at::MemoryFormat::ChannelsLast};
-  const int64_t tiles_x = (out_w + kTileW - 1) / kTileW;
-  const int64_t tiles = tiles_x * ((out_h + kTileH - 1) / kTileH);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, 1 << 30)),
-                  static_cast<unsigned>(std::min<int64_t>(L.B, 65535)));
-  const cudaStream_t stream = current_stream();
+  ForwardParams p = batch_params(in, out, interpolation, border_mode, bv, OutputTransform{});
+  p.out_channels_last = fmt == at::MemoryFormat::ChannelsLast;
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
-    warp_forward_kernel<scalar_t><<<grid, kThreads, kSmemBytes, stream>>>(
-        in.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), mat.data_ptr<double>(), L, interpolation,
-        border_mode, bv, tiles_x, tiles);
-    ORBBEC_LAUNCH_CHECK();
+    launch_forward<scalar_t, scalar_t>(p, out, mat);
   });
+  return out;
+}
+
+at::Tensor warp_affine_fused_cuda(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
+                                  int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
+                                  at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
+                                  double scale, bool reverse_channels, bool channels_last_out) {
+  const BorderValues bv =
+      check_forward_args(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
+  const OutputTransform ot = check_output_args(src.size(1), out_dtype, mean, std, scale, reverse_channels);
+  c10::cuda::CUDAGuard guard(src.device());
+  const at::Tensor in = src.contiguous(output_format(src));
+  at::Tensor out = make_fused_output(src.size(0), src.size(1), out_h, out_w, out_dtype, channels_last_out, src.device());
+  if (out.numel() == 0) return out;
+  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  ForwardParams p = batch_params(in, out, interpolation, border_mode, bv, ot);
+  p.out_channels_last = channels_last_out;
+  AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_fused_cuda", [&] {
+    launch_fused<scalar_t>(p, out, mat);
+  });
+  return out;
+}
+
+// A list of HWC images of different sizes in one launch: their addresses and sizes travel as a
+// small table, copied host -> device from pinned memory on the current stream (no host sync).
+at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
+                                 int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
+                                 at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
+                                 double scale, bool reverse_channels, bool channels_last_out) {
+  const BorderValues bv = check_list_args(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
+  const int64_t B = static_cast<int64_t>(images.size()), C = images[0].size(2);
+  const OutputTransform ot = check_output_args(C, out_dtype, mean, std, scale, reverse_channels);
+  c10::cuda::CUDAGuard guard(images[0].device());
+  std::vector<at::Tensor> contiguous;
+  contiguous.reserve(images.size());
+  for (const at::Tensor& im : images) contiguous.push_back(im.contiguous());
+  at::Tensor table = at::empty({B * int64_t(sizeof(ImageDesc))}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  auto* descs = reinterpret_cast<ImageDesc*>(table.data_ptr());
+  for (int64_t b = 0; b < B; ++b) {
+    descs[b] = {static_cast<const unsigned char*>(contiguous[b].data_ptr()), contiguous[b].size(0), contiguous[b].size(1)};
+  }
+  const at::Tensor table_dev = table.to(images[0].device(), /*non_blocking=*/true);
+  at::Tensor out = make_fused_output(B, C, out_h, out_w, out_dtype, channels_last_out, images[0].device());
+  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  ForwardParams p{reinterpret_cast<const ImageDesc*>(table_dev.data_ptr()), nullptr, B, C, 0, 0, out_h, out_w,
+                  /*in_channels_last=*/true, channels_last_out, interpolation, border_mode, bv, ot};
+  AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, images[0].scalar_type(), "warp_affine_list_cuda", [&] {
+    launch_fused<scalar_t>(p, out, mat);
+  });
+  // `table` may be freed now: a non_blocking copy from pinned memory records an event on the
+  // stream, and the caching host allocator does not reuse the block before the copy has run.
   return out;
 }
 
@@ -296,4 +393,6 @@ std::tuple<at::Tensor, at::Tensor> warp_affine_backward_cuda(const at::Tensor& g
 TORCH_LIBRARY_IMPL(orbbec, CUDA, m) {
   m.impl("warp_affine", &orbbec::warpaffine::warp_affine_cuda);
   m.impl("warp_affine_backward", &orbbec::warpaffine::warp_affine_backward_cuda);
+  m.impl("warp_affine_fused", &orbbec::warpaffine::warp_affine_fused_cuda);
+  m.impl("warp_affine_list", &orbbec::warpaffine::warp_affine_list_cuda);
 }
