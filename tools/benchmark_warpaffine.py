@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workloads import WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
+from workloads import VARSIZE_SHAPES, WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
 
 import orbbec  # noqa: E402
 from orbbec.warpaffine import invert_affine, warp_affine  # noqa: E402
@@ -88,6 +88,80 @@ def cv2_batch(imgs, mats, ow, oh, threads: int):
         return list(pool.map(one, range(len(imgs))))
 
 
+MEAN = [0.406 * 255, 0.456 * 255, 0.485 * 255]
+STD = [0.225 * 255, 0.224 * 255, 0.229 * 255]
+
+
+def fused_rows(name, x, inv, B, OH, OW, bw, reps):
+    """uint8 -> normalised float32 NCHW: one fused pass vs orbbec's warp then the torch ops."""
+    mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1)
+    std = torch.tensor(STD, device="cuda").view(1, 3, 1, 1)
+
+    def separate():
+        return (warp_affine(x, inv, (OW, OH), inverse_map=True).float() - mean) / std
+
+    def fused():
+        return warp_affine(x, inv, (OW, OH), inverse_map=True, out_dtype=torch.float32, mean=MEAN, std=STD)
+
+    nbytes = x.numel() + B * 3 * OH * OW * 4
+    rows = []
+    t_sep = cuda_time_ms(separate, reps)
+    for label, fn in (("fused uint8 -> float32 NCHW", fused), ("warp + float() + normalise (separate)", separate)):
+        ms = cuda_time_ms(fn, reps) if fn is fused else t_sep
+        rows.append((name, label, ms, B / (ms * 1e-3), 100 * nbytes / (ms * 1e-3) / 1e9 / bw, ms / t_sep))
+    return rows
+
+
+def varsize_rows(bw, reps, threads):
+    """64 decoded images of mixed sizes -> 224 x 224: one launch vs per-image loops."""
+    import cv2
+
+    B, OH, OW = 64, 224, 224
+    imgs = photos_bgr(B, None, shapes=VARSIZE_SHAPES)
+    mats = forward_matrices(B, [s for s in VARSIZE_SHAPES], (OH, OW))
+    dev = [torch.from_numpy(im).cuda() for im in imgs]
+    M = torch.from_numpy(mats).cuda()
+    inv = invert_affine(M)
+    one = cuda_time_ms(lambda: warp_affine(dev, inv, (OW, OH), inverse_map=True), reps)
+    loop = cuda_time_ms(lambda: [warp_affine(d.permute(2, 0, 1), inv[i], (OW, OH), inverse_map=True)
+                                 for i, d in enumerate(dev)], reps)
+    gs = cuda_time_ms(lambda: [grid_sample_warp(d.permute(2, 0, 1).unsqueeze(0), inv[i:i + 1], OH, OW)
+                               for i, d in enumerate(dev)], reps)
+    cvt = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, threads), 3)
+    nbytes = sum(im.size for im in imgs) + B * 3 * OH * OW
+    return [("varsize", label, ms, B / (ms * 1e-3), 100 * nbytes / (ms * 1e-3) / 1e9 / bw, ms / one)
+            for label, ms in (("orbbec list, one launch", one), ("orbbec per-image loop", loop),
+                              ("affine_grid + grid_sample per-image loop", gs), (f"cv2 CPU {threads} threads", cvt))]
+
+
+def batch_size_plot(path, reps):
+    """images/s against batch size on the face workload, orbbec and the grid_sample path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [16, 64, 256, 1024, 4096]
+    _, (H, W), (OH, OW) = WARP_WORKLOADS["face"]
+    base = photos_bgr(4, (H, W))
+    curves = {"orbbec": [], "affine_grid + grid_sample": []}
+    for n in sizes:
+        x = torch.from_numpy(np.stack([base[i % 4] for i in range(n)])).permute(0, 3, 1, 2).contiguous().cuda()
+        inv = invert_affine(torch.from_numpy(forward_matrices(n, (H, W), (OH, OW))).cuda())
+        curves["orbbec"].append(n / cuda_time_ms(lambda: warp_affine(x, inv, (OW, OH), inverse_map=True), reps) * 1e3)
+        curves["affine_grid + grid_sample"].append(n / cuda_time_ms(lambda: grid_sample_warp(x, inv, OH, OW), reps) * 1e3)
+    plt.figure(figsize=(6, 4))
+    for label, ys in curves.items():
+        plt.loglog(sizes, ys, marker="o", label=label)
+    plt.xlabel("batch size (250x250 -> 112x112 uint8)")
+    plt.ylabel("images/s")
+    plt.title(torch.cuda.get_device_name())
+    plt.grid(True, which="both", alpha=0.3)
+    plt.legend()
+    plt.tight_layout()
+    plt.savefig(path, dpi=100)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="face,det,hd", help="comma-separated names (face, det, hd)")
@@ -95,6 +169,9 @@ def main() -> None:
     parser.add_argument("--cpu-reps", type=int, default=3, help="timed repetitions per CPU measurement")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for the cv2 peer")
     parser.add_argument("--out", default=None, help="write the markdown table here")
+    parser.add_argument("--fused", action="store_true", help="also time the fused normalised output")
+    parser.add_argument("--varsize", action="store_true", help="also time the variable-size list workload")
+    parser.add_argument("--plot", default=None, help="save an images/s vs batch size plot here (PNG)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("benchmark_warpaffine: needs a CUDA device")
@@ -142,6 +219,12 @@ def main() -> None:
             gpu = not peer.startswith("cv2")
             rows.append((name, peer, ms, B / (ms * 1e-3), 100 * nbytes / (ms * 1e-3) / 1e9 / bw, ms / base))
         rows.append((name, "identical to cv2 (values)", same * 100, None, None, None))
+        if args.fused:
+            rows.extend(fused_rows(name, x, inv, B, OH, OW, bw, args.reps))
+    if args.varsize:
+        rows.extend(varsize_rows(bw, args.reps, args.threads))
+    if args.plot:
+        batch_size_plot(args.plot, args.reps)
 
     env = (f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
            f"cv2 {cv2.__version__}, orbbec built with CUDA {orbbec.get_compiling_cuda_version()}, "

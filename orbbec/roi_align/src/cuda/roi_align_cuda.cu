@@ -17,7 +17,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -170,7 +169,7 @@ void launch_cl(const at::Tensor& x, const at::Tensor& rois, at::Tensor& out, int
   const int threads = static_cast<int>(std::min<int64_t>(kMaxThreads, ((items + rounds - 1) / rounds + 31) / 32 * 32));
   const int64_t rows = K * p.pooled_h;
   forward_cl_kernel<scalar_t, VEC, MAX><<<grid_for(rows * threads, threads), threads, 0,
-                                          at::cuda::getCurrentCUDAStream()>>>(
+                                          c10::cuda::getCurrentCUDAStream()>>>(
       x.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), strides_of(out), argmax, K,
       x.size(0), C, static_cast<int>(x.size(2)), static_cast<int>(x.size(3)), p);
   ORBBEC_LAUNCH_CHECK();
@@ -192,7 +191,7 @@ void launch_forward(const at::Tensor& input, const at::Tensor& rois, at::Tensor&
     }
   } else {
     const at::Tensor x = input.contiguous();
-    forward_nchw_kernel<scalar_t, MAX><<<grid_for(out.numel(), 256), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+    forward_nchw_kernel<scalar_t, MAX><<<grid_for(out.numel(), 256), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
         x.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), strides_of(out), argmax, K, N,
         C, static_cast<int>(H), static_cast<int>(W), p);
     ORBBEC_LAUNCH_CHECK();
@@ -295,7 +294,7 @@ at::Tensor backward_atomic(const at::Tensor& grad, const at::Tensor& rois, const
     const int threads =
         static_cast<int>(std::min<int64_t>(kMaxThreads, ((items + rounds - 1) / rounds + 31) / 32 * 32));
     backward_atomic_kernel<scalar_t, VEC, MAX><<<grid_for(K * p.pooled_h * threads, threads), threads, 0,
-                                                 at::cuda::getCurrentCUDAStream()>>>(
+                                                 c10::cuda::getCurrentCUDAStream()>>>(
         grad.data_ptr<scalar_t>(), strides_of(grad), ap, as, rois.data_ptr<scalar_t>(), buf.data_ptr<acc_t>(), K, N,
         C, static_cast<int>(H), static_cast<int>(W), p);
     ORBBEC_LAUNCH_CHECK();
@@ -508,7 +507,7 @@ at::Tensor backward_gather(const at::Tensor& grad, const at::Tensor& rois, const
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int CB = gather_channels<acc_t>();
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3), K = rois.size(0);
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto stream = c10::cuda::getCurrentCUDAStream();
   // Channel-contiguous gradient rows make the block's per-channel reads of a bin one coalesced run.
   const at::Tensor g = grad.contiguous(at::MemoryFormat::ChannelsLast);
   const auto bytes = input.options().dtype(at::kByte);
@@ -536,7 +535,7 @@ at::Tensor roi_align_forward_cuda(const at::Tensor& input, const at::Tensor& roi
                                   int64_t pool_mode) {
   const Params p =
       check_forward_args(input, rois, spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned, pool_mode);
-  const at::cuda::CUDAGuard guard(input.device());
+  const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty({rois.size(0), input.size(1), pooled_h, pooled_w},
                              input.options().memory_format(output_format(input)));
   if (out.numel() == 0) return out;
@@ -556,7 +555,7 @@ at::Tensor roi_align_backward_cuda(const at::Tensor& grad, const at::Tensor& roi
                                    bool aligned, int64_t pool_mode, bool deterministic) {
   const Params p = check_backward_args(grad, rois, input, spatial_scale, pooled_h, pooled_w, sampling_ratio,
                                        aligned, pool_mode);
-  const at::cuda::CUDAGuard guard(input.device());
+  const c10::cuda::CUDAGuard guard(input.device());
   const auto fmt = output_format(input);
   if (grad.numel() == 0 || input.numel() == 0) {
     return at::empty(input.sizes(), input.options().memory_format(fmt)).zero_();  // at::zeros drops the format
