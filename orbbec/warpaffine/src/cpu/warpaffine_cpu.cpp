@@ -43,6 +43,39 @@ OutView<T> out_view(at::Tensor& out) {
   return {out.data_ptr<T>(), out.stride(0), out.stride(1), out.stride(2), out.stride(3)};
 }
 
+// One output row. CN > 0 fixes the channel count at compile time and PLAIN says the output
+// transform is off, so the common uint8 3-channel warp runs without per-value branches.
+template <typename in_t, typename out_t, int CN, bool PLAIN>
+void warp_row(const ImageView<in_t>& im, const double* M, int64_t y, out_t* orow, const OutView<out_t>& out,
+              int64_t C_dynamic, int64_t OW, int64_t interp, int64_t border, const acc_type<in_t>* bval,
+              const OutputTransform& ot) {
+  using acc_t = acc_type<in_t>;
+  const int64_t C = CN > 0 ? CN : C_dynamic;
+  const double rx = row_term(M[1], M[2], y), ry = row_term(M[4], M[5], y);
+  const int64_t sw = im.sw, sh = im.sh, sc = im.sc, osc = out.sc, osw = out.sw;
+  for (int64_t x = 0; x < OW; ++x) {
+    const Taps<acc_t> t = make_taps(source_coord(M[0], rx, x, acc_t()), source_coord(M[3], ry, x, acc_t()), interp);
+    if (t.valid && t.n == 2 && t.x0 >= 0 && t.x0 < im.W - 1 && t.y0 >= 0 && t.y0 < im.H - 1) {
+      // Bilinear with all four taps inside: the common case, without per-tap border tests.
+      const in_t* p = im.data + t.y0 * sh + t.x0 * sw;
+      out_t* o = orow + x * osw;
+      for (int64_t c = 0; c < C; ++c) {
+        const in_t* q = p + (PLAIN ? c : ot.source_channel(c, C)) * sc;
+        const acc_t v = blend_bilinear<acc_t>(q[0], q[sw], q[sh], q[sh + sw], t.fx, t.fy);
+        o[c * osc] = Store<out_t, acc_t>::cast(PLAIN ? v : ot.apply(v, c));
+      }
+      continue;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t cs = ot.source_channel(c, C);
+      const in_t* plane = im.data + cs * sc;
+      auto fetch = [&](int64_t ix, int64_t iy) { return static_cast<acc_t>(plane[iy * sh + ix * sw]); };
+      const acc_t v = sample(t, im.H, im.W, border, bval[cs], fetch);
+      orow[c * osc + x * osw] = Store<out_t, acc_t>::cast(ot.apply(v, c));
+    }
+  }
+}
+
 // Warps every image into out: one output row per task. The plain op is the case out_t == in_t
 // with the output transform off.
 template <typename in_t, typename out_t>
@@ -54,35 +87,14 @@ void warp_images(const std::vector<ImageView<in_t>>& images, const double* mats,
   std::vector<acc_t> bval(C);
   for (int64_t c = 0; c < C; ++c) bval[c] = static_cast<acc_t>(Store<in_t, double>::cast(bv[c]));
   const int64_t B = static_cast<int64_t>(images.size());
+  const bool plain = !ot.normalize && !ot.reverse_channels;
+  auto row = C == 3 ? (plain ? &warp_row<in_t, out_t, 3, true> : &warp_row<in_t, out_t, 3, false>)
+                    : (plain ? &warp_row<in_t, out_t, 0, true> : &warp_row<in_t, out_t, 0, false>);
 
   at::parallel_for(0, B * OH, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / OH, y = r % OH;
-      const ImageView<in_t>& im = images[b];
-      const double* M = mats + b * 6;
-      const double rx = row_term(M[1], M[2], y), ry = row_term(M[4], M[5], y);
-      out_t* orow = out.data + b * out.sb + y * out.sh;
-      for (int64_t x = 0; x < OW; ++x) {
-        const Taps<acc_t> t =
-            make_taps(source_coord(M[0], rx, x, acc_t()), source_coord(M[3], ry, x, acc_t()), interp);
-        if (t.valid && t.n == 2 && t.x0 >= 0 && t.x0 < im.W - 1 && t.y0 >= 0 && t.y0 < im.H - 1) {
-          // Bilinear with all four taps inside: the common case, without per-tap border tests.
-          const in_t* p = im.data + t.y0 * im.sh + t.x0 * im.sw;
-          for (int64_t c = 0; c < C; ++c) {
-            const in_t* q = p + ot.source_channel(c, C) * im.sc;
-            const acc_t v = blend_bilinear<acc_t>(q[0], q[im.sw], q[im.sh], q[im.sh + im.sw], t.fx, t.fy);
-            orow[c * out.sc + x * out.sw] = Store<out_t, acc_t>::cast(ot.apply(v, c));
-          }
-          continue;
-        }
-        for (int64_t c = 0; c < C; ++c) {
-          const int64_t cs = ot.source_channel(c, C);
-          const in_t* plane = im.data + cs * im.sc;
-          auto fetch = [&](int64_t ix, int64_t iy) { return static_cast<acc_t>(plane[iy * im.sh + ix * im.sw]); };
-          const acc_t v = sample(t, im.H, im.W, border, bval[cs], fetch);
-          orow[c * out.sc + x * out.sw] = Store<out_t, acc_t>::cast(ot.apply(v, c));
-        }
-      }
+      row(images[b], mats + b * 6, y, out.data + b * out.sb + y * out.sh, out, C, OW, interp, border, bval.data(), ot);
     }
   });
 }
