@@ -58,7 +58,7 @@ def extensions():
     with_cuda = _want_cuda()
     cpp = [s for s in _sources("orbbec/**/src/**/*.cpp") if not s.endswith("_opencv.cpp")]
     define = [("ORBBEC_TORCH_VERSION", '"%s"' % torch.__version__.split("+")[0])]
-    cxx = ["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno"]
+    cxx = ["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden"]
     include_dirs = [os.path.join(ROOT, "orbbec")]
     if with_cuda:
         _arch_list()

@@ -12,6 +12,9 @@
 
 #if defined(__CUDACC__)
 #define ORBBEC_HD __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+// Inlined into the CPU row loop: called out of line, each pixel paid a call and a returned struct.
+#define ORBBEC_HD inline __attribute__((always_inline))
 #else
 #define ORBBEC_HD inline
 #endif
