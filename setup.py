@@ -5,8 +5,9 @@ import glob
 import os
 import subprocess
 import sys
+import sysconfig
 
-from setuptools import find_packages, setup
+from setuptools import Command, find_packages, setup
 
 import torch
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, CUDA_HOME
@@ -54,6 +55,30 @@ class BuildExt(BuildExtension.with_options(use_ninja=True)):
         self.parallel = None
 
 
+class Develop(Command):
+    """`python setup.py develop`: build the extensions in place and put this checkout on sys.path.
+    (setuptools 80 turned `develop` into an isolated `pip install -e .`, whose build environment
+    has no torch.) `pip install --no-build-isolation -e .` is the usual way."""
+
+    description = "build in place and add this checkout to sys.path"
+    user_options = []
+
+    def initialize_options(self):
+        pass
+
+    def finalize_options(self):
+        pass
+
+    def run(self):
+        build_ext = self.distribution.get_command_obj("build_ext")
+        build_ext.inplace = 1
+        self.run_command("build_ext")
+        site_packages = sysconfig.get_paths()["purelib"]
+        with open(os.path.join(site_packages, "orbbec-develop.pth"), "w") as f:
+            f.write(ROOT + "\n")
+        print(f"orbbec: built in place; {ROOT} added to sys.path via {site_packages}/orbbec-develop.pth")
+
+
 def extensions():
     with_cuda = _want_cuda()
     cpp = [s for s in _sources("orbbec/**/src/**/*.cpp") if not s.endswith("_opencv.cpp")]
@@ -98,7 +123,7 @@ setup(
     description="GPU data augmentation ops for PyTorch: warp affine, NMS, RoIAlign",
     packages=find_packages(include=["orbbec", "orbbec.*"]),
     ext_modules=extensions(),
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_ext": BuildExt, "develop": Develop},
     python_requires=">=3.9",
     zip_safe=False,
 )
