@@ -83,7 +83,9 @@ def extensions():
     with_cuda = _want_cuda()
     cpp = [s for s in _sources("orbbec/**/src/**/*.cpp") if not s.endswith("_opencv.cpp")]
     define = [("ORBBEC_TORCH_VERSION", '"%s"' % torch.__version__.split("+")[0])]
-    cxx = ["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden"]
+    # -ffp-contract=off: no fused multiply-adds on hosts that have them (aarch64), so the CPU rounds
+    # each step as the CUDA kernels' explicit __fmul_rn/__fadd_rn do.
+    cxx = ["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-ffp-contract=off"]
     include_dirs = [os.path.join(ROOT, "orbbec")]
     if with_cuda:
         _arch_list()

@@ -152,27 +152,34 @@ struct Store {
 template <typename acc_t>
 struct Store<uint8_t, acc_t> {
   ORBBEC_HD static uint8_t cast(acc_t v) {
-    // round half to even, as cvRound / lrint
+    // Saturate in float first: the same on both devices for any value, NaN and inf included (an
+    // int conversion of a huge value wraps on the CPU and saturates on the GPU). Then round half
+    // to even, as cvRound / lrint.
+    const float f = static_cast<float>(v);
+    if (!(f >= 0.0f)) return 0;  // negative or NaN
+    if (f >= 255.0f) return 255;
 #if defined(__CUDA_ARCH__)
-    const int r = __float2int_rn(static_cast<float>(v));
+    return static_cast<uint8_t>(__float2int_rn(f));
 #else
-    const int r = static_cast<int>(::lrintf(static_cast<float>(v)));  // inlined with -fno-math-errno
+    return static_cast<uint8_t>(::lrintf(f));  // inlined with -fno-math-errno
 #endif
-    return static_cast<uint8_t>(r < 0 ? 0 : (r > 255 ? 255 : r));
   }
 };
 
 // OpenCV's bicubic kernel (a = -0.75) for the four taps at offsets -1, 0, 1, 2 from floor(x).
+// Written with the correctly rounded helpers: nvcc would fuse the plain expressions into fmas on
+// the GPU only, and bicubic uint8 results would differ between CPU and CUDA.
 template <typename acc_t>
 ORBBEC_HD void cubic_weights(acc_t t, acc_t w[4]) {
-  const acc_t A = acc_t(-0.75);
-  const acc_t u = t + acc_t(1), s = acc_t(1) - t;
-  w[0] = ((A * u - acc_t(5) * A) * u + acc_t(8) * A) * u - acc_t(4) * A;
-  w[1] = ((A + acc_t(2)) * t - (A + acc_t(3))) * t * t + acc_t(1);
-  w[2] = ((A + acc_t(2)) * s - (A + acc_t(3))) * s * s + acc_t(1);
-  w[3] = acc_t(1) - w[0] - w[1] - w[2];
+  const acc_t A = acc_t(-0.75), one = acc_t(1);
+  const acc_t u = add_rn(t, one), s = add_rn(one, -t);
+  // w0 = ((A u - 5A) u + 8A) u - 4A ; w1,2 = ((A + 2) r - (A + 3)) r r + 1 for r = t, 1 - t
+  w[0] = add_rn(mul_rn(add_rn(mul_rn(add_rn(mul_rn(A, u), acc_t(3.75)), u), acc_t(-6)), u), acc_t(3));
+  w[1] = add_rn(mul_rn(mul_rn(add_rn(mul_rn(acc_t(1.25), t), acc_t(-2.25)), t), t), one);
+  w[2] = add_rn(mul_rn(mul_rn(add_rn(mul_rn(acc_t(1.25), s), acc_t(-2.25)), s), s), one);
+  w[3] = add_rn(add_rn(add_rn(one, -w[0]), -w[1]), -w[2]);
 }
-// d w_k / d t, for the matrix gradient.
+// d w_k / d t, for the matrix gradient (no bit-exactness needed here).
 template <typename acc_t>
 ORBBEC_HD void cubic_weight_derivs(acc_t t, acc_t d[4]) {
   const acc_t A = acc_t(-0.75);

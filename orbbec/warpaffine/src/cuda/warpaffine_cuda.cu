@@ -320,6 +320,9 @@ __global__ void warp_backward_kernel(const scalar_t* __restrict__ grad_out, cons
       double gx = 0, gy = 0;
       for (int64_t c = 0; c < L.C; ++c) {
         const acc_t go = static_cast<acc_t>(grad_out[element_offset(L, b, c, y, x, L.OH, L.OW)]);
+        // As the CPU kernel: a zero gradient contributes nothing. Without the skip, an inf/NaN
+        // source pixel gives 0 * inf = NaN in grad_matrix here but 0 on CPU (and it saves atomics).
+        if (go == acc_t(0)) continue;
         for (int j = 0; j < t.n; ++j) {
           for (int k0 = 0; k0 < t.n; ++k0) {
             int64_t ix = t.x0 + k0, iy = t.y0 + j;
