@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import subprocess
 import sys
-import time
+
+import os
 
 import torch
 
-import orbbec
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import cuda_time_ms, host_time_ms  # noqa: E402
+
+import orbbec  # noqa: E402
 from orbbec.nms import batched_nms, nms
 
 try:
@@ -40,32 +43,6 @@ def workload(n: int, classes: int, device: str):
     scores = torch.rand(n, generator=g)
     idxs = torch.randint(0, classes, (n,), generator=g)
     return boxes.to(device), scores.to(device), idxs.to(device)
-
-
-def cuda_time_ms(fn, reps: int, warmup: int = 5) -> float:
-    """Median milliseconds of fn() on the current stream, timed with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def host_time_ms(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def measure(op: str, n: int, classes: int, device: str, reps: int, iou: float) -> dict:

@@ -17,11 +17,15 @@ Example: python tools/benchmark_roi_align.py --out docs/roi_align_benchmark.md
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 
+import os
+
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import cuda_time_ms  # noqa: E402
 
 WORKLOADS = {
     # name: (features N, C, H, W), rois, output size, spatial_scale, sampling_ratio, aligned
@@ -40,21 +44,6 @@ def make_rois(n, map_hw, scale, count, gen):
     w = 16.0 + torch.rand(count, generator=gen) * 300.0
     h = 16.0 + torch.rand(count, generator=gen) * 300.0
     return torch.stack([b, x1, y1, x1 + w, y1 + h], 1)
-
-
-def median_ms(fn, reps, warmup):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 class Deterministic:
@@ -95,8 +84,8 @@ def bench_workload(name, args, tv_roi_align, channels_last):
     def measure(fn, x, r, g=None, det=False):
         with Deterministic(det):
             if g is None:
-                return median_ms(lambda: fn(x, r, *call_args), args.reps, args.warmup)
-            return median_ms(forward_backward(fn, x, r, g, call_args), args.reps, args.warmup)
+                return cuda_time_ms(lambda: fn(x, r, *call_args), args.reps, args.warmup)
+            return cuda_time_ms(forward_backward(fn, x, r, g, call_args), args.reps, args.warmup)
 
     xg = feats.detach().requires_grad_()
     f16, r16 = feats.half(), rois.half()

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -22,36 +20,11 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import cuda_time_ms, host_time_ms  # noqa: E402
 from workloads import VARSIZE_SHAPES, WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
 
 import orbbec  # noqa: E402
 from orbbec.warpaffine import invert_affine, warp_affine  # noqa: E402
-
-
-def cuda_time_ms(fn, reps: int, warmup: int = 5) -> float:
-    """Median milliseconds of fn() on the current stream, timed with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def host_time_ms(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def copy_bandwidth_gbs(reps: int) -> float:
@@ -114,8 +87,6 @@ def fused_rows(name, x, inv, B, OH, OW, bw, reps):
 
 def varsize_rows(bw, reps, threads):
     """64 decoded images of mixed sizes -> 224 x 224: one launch vs per-image loops."""
-    import cv2
-
     B, OH, OW = 64, 224, 224
     imgs = photos_bgr(B, None, shapes=VARSIZE_SHAPES)
     mats = forward_matrices(B, [s for s in VARSIZE_SHAPES], (OH, OW))
@@ -216,7 +187,6 @@ def main() -> None:
         res["cv2 CPU 1 thread"] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, 1), args.cpu_reps)
         base = res["orbbec NCHW"]
         for peer, ms in res.items():
-            gpu = not peer.startswith("cv2")
             rows.append((name, peer, ms, B / (ms * 1e-3), 100 * nbytes / (ms * 1e-3) / 1e9 / bw, ms / base))
         rows.append((name, "identical to cv2 (values)", same * 100, None, None, None))
         if args.fused:

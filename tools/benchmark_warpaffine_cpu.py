@@ -11,28 +11,21 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import host_time_ms  # noqa: E402
 from workloads import WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
 
 from orbbec.warpaffine import warp_affine  # noqa: E402
 
 
 def median_seconds(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return host_time_ms(fn, reps) / 1e3
 
 
 def main() -> None:
