@@ -183,6 +183,15 @@ def main() -> None:
                 lambda: TF.affine(x, angle=angle, translate=[5, 5], scale=min(OH / H, OW / W), shear=[0.0]), args.reps)
         except ImportError:
             pass
+        try:  # kornia, when installed (carried as a wheel to the GPU machine)
+            import kornia
+
+            Mf = M.float()
+            res["kornia warp_affine (uint8 -> float -> uint8)"] = cuda_time_ms(
+                lambda: kornia.geometry.transform.warp_affine(x.float(), Mf, (OH, OW), align_corners=True)
+                .round_().clamp_(0, 255).to(torch.uint8), args.reps)
+        except ImportError:
+            pass
         res["cv2 CPU %d threads" % args.threads] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, args.threads), args.cpu_reps)
         res["cv2 CPU 1 thread"] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, 1), args.cpu_reps)
         base = res["orbbec NCHW"]
