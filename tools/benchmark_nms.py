@@ -24,7 +24,7 @@ import os
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import cuda_time_ms, host_time_ms  # noqa: E402
+from timing import cuda_time_ms, emit_table, host_time_ms  # noqa: E402
 
 import orbbec  # noqa: E402
 from orbbec.nms import batched_nms, nms
@@ -135,11 +135,7 @@ def main() -> int:
         rows.append(measure("nms", n, args.classes, "cpu", args.cpu_reps, args.iou))
         print(rows[-1], flush=True)
 
-    text = table(rows, environment(), args)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit_table(table(rows, environment(), args), args.out)
     return 0 if all(r["same"] != "NO" for r in rows) else 1
 
 

@@ -25,7 +25,7 @@ import os
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import cuda_time_ms  # noqa: E402
+from timing import cuda_time_ms, emit_table  # noqa: E402
 
 WORKLOADS = {
     # name: (features N, C, H, W), rois, output size, spatial_scale, sampling_ratio, aligned
@@ -175,11 +175,7 @@ def main(argv=None):
             print(f"done: {name}{' channels_last' if cl else ''}", file=sys.stderr)
     header = (f"RoIAlign, orbbec vs torchvision.ops.roi_align (median of {args.reps} calls, ms; speed-up = "
               f"torchvision / orbbec).\n\n{versions()}")
-    text = table(rows, header)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    print(text)
+    emit_table(table(rows, header), args.out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import cuda_time_ms, host_time_ms  # noqa: E402
+from timing import cuda_time_ms, emit_table, host_time_ms  # noqa: E402
 from workloads import VARSIZE_SHAPES, WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
 
 import orbbec  # noqa: E402
@@ -221,11 +221,7 @@ def main() -> None:
             lines.append(f"| {name} | {peer} | {ms:.4f} % | | | |")
         else:
             lines.append(f"| {name} | {peer} | {ms:.4f} | {ips:,.0f} | {pct:.1f} | {ratio:.2f}x |")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table + "\n")
+    emit_table("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

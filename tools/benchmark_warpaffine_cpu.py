@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import host_time_ms  # noqa: E402
+from timing import emit_table, host_time_ms  # noqa: E402
 from workloads import WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
 
 from orbbec.warpaffine import warp_affine  # noqa: E402
@@ -59,11 +59,7 @@ def main() -> None:
     lines.append("")
     lines.append(f"Measured with `python tools/benchmark_warpaffine_cpu.py --threads {args.threads} --reps {args.reps}`; "
                  "medians of wall-clock times, cv2 and orbbec alternating in one process.")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(table + "\n")
+    emit_table("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

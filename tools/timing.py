@@ -1,4 +1,5 @@
-"""Timing helpers shared by the benchmarks in tools/: medians, device work timed with CUDA events."""
+"""Helpers shared by the benchmarks in tools/: medians (device work timed with CUDA events), and
+printing a result table and writing it to a file."""
 from __future__ import annotations
 
 import statistics
@@ -32,3 +33,11 @@ def host_time_ms(fn, reps: int) -> float:
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def emit_table(text: str, path=None) -> None:
+    """Print the result table and, given a path, write it there (for docs/)."""
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text.rstrip("\n") + "\n")

@@ -43,6 +43,21 @@ void check_soft_args(const at::Tensor& boxes, const at::Tensor& scores, double i
   ORBBEC_CHECK_VALUE(!std::isnan(score_threshold), "orbbec: 'score_threshold' must not be NaN");
 }
 
+at::Tensor sort_by_score(const at::Tensor& scores) {
+  return std::get<1>(at::sort(scores, /*stable=*/true, /*dim=*/0, /*descending=*/true)).contiguous();
+}
+
+ClassOrder class_order(const at::Tensor& scores, const at::Tensor& idxs) {
+  ClassOrder o;
+  o.by_score = sort_by_score(scores);
+  const at::Tensor cls = idxs.to(at::kLong).index_select(0, o.by_score);
+  std::tie(o.cls_sorted, o.by_class) = at::sort(cls, /*stable=*/true, /*dim=*/0, /*descending=*/false);
+  o.cls_sorted = o.cls_sorted.contiguous();
+  o.by_class = o.by_class.contiguous();
+  o.order = o.by_score.index_select(0, o.by_class).contiguous();
+  return o;
+}
+
 }  // namespace nms
 }  // namespace orbbec
 

@@ -76,10 +76,6 @@ at::Tensor select_flagged(const at::Tensor& order, const std::vector<uint8_t>& f
   return out;
 }
 
-at::Tensor sort_by_score(const at::Tensor& scores) {
-  return std::get<1>(at::sort(scores, /*stable=*/true, /*dim=*/0, /*descending=*/true)).contiguous();
-}
-
 at::Tensor nms_cpu(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold) {
   check_nms_args(boxes, scores, iou_threshold);
   const int64_t n = boxes.size(0);
@@ -101,13 +97,8 @@ at::Tensor batched_nms_cpu(const at::Tensor& boxes, const at::Tensor& scores, co
   check_batched_args(boxes, scores, idxs, iou_threshold);
   const int64_t n = boxes.size(0);
   if (n == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
-  const at::Tensor by_score = sort_by_score(scores);
-  const at::Tensor cls = idxs.to(at::kLong).index_select(0, by_score);
-  at::Tensor cls_sorted, by_class;  // by_class[k]: position in by_score of the k-th box by (class, score)
-  std::tie(cls_sorted, by_class) = at::sort(cls, /*stable=*/true, /*dim=*/0, /*descending=*/false);
-  cls_sorted = cls_sorted.contiguous();
-  by_class = by_class.contiguous();
-  const at::Tensor order = by_score.index_select(0, by_class).contiguous();
+  const ClassOrder co = class_order(scores, idxs);
+  const at::Tensor &by_score = co.by_score, &cls_sorted = co.cls_sorted, &by_class = co.by_class, &order = co.order;
 
   const int64_t* c = cls_sorted.data_ptr<int64_t>();
   std::vector<int64_t> starts;  // first position of each class run, then n

@@ -250,10 +250,6 @@ at::Tensor suppress(const at::Tensor& boxes, const at::Tensor& order, const at::
   return out.narrow(0, 0, kept);
 }
 
-at::Tensor sort_by_score(const at::Tensor& scores) {
-  return std::get<1>(at::sort(scores, /*stable=*/true, /*dim=*/0, /*descending=*/true)).contiguous();
-}
-
 at::Tensor nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, double iou_threshold) {
   check_nms_args(boxes, scores, iou_threshold);
   const c10::cuda::CUDAGuard guard(boxes.device());
@@ -267,13 +263,8 @@ at::Tensor batched_nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, c
   const c10::cuda::CUDAGuard guard(boxes.device());
   const int64_t n = boxes.size(0);
   if (n == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
-  const at::Tensor by_score = sort_by_score(scores);
-  const at::Tensor cls = idxs.to(at::kLong).index_select(0, by_score);
-  at::Tensor cls_sorted, by_class;  // by_class[k]: position in by_score of the k-th box by (class, score)
-  std::tie(cls_sorted, by_class) = at::sort(cls, /*stable=*/true, /*dim=*/0, /*descending=*/false);
-  cls_sorted = cls_sorted.contiguous();
-  by_class = by_class.contiguous();
-  const at::Tensor order = by_score.index_select(0, by_class).contiguous();
+  const ClassOrder co = class_order(scores, idxs);
+  const at::Tensor &by_score = co.by_score, &cls_sorted = co.cls_sorted, &by_class = co.by_class, &order = co.order;
   at::Tensor keep_by_score = at::empty({n}, boxes.options().dtype(at::kBool));
   suppress(boxes, order, cls_sorted, by_class, keep_by_score, iou_threshold);
   // nonzero reads its count back: the one host sync

@@ -155,7 +155,7 @@ at::Tensor warp_affine_list_cpu(at::TensorList images, const at::Tensor& inv_mat
                                 at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
                                 double scale, bool reverse_channels, bool channels_last_out) {
   const BorderValues bv = check_list_args(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
-  const int64_t C = images.empty() ? 1 : images[0].size(2);
+  const int64_t C = images[0].size(2);  // check_list_args refused an empty list
   const OutputTransform ot = check_output_args(C, out_dtype, mean, std, scale, reverse_channels);
   at::Tensor out = make_fused_output(static_cast<int64_t>(images.size()), C, out_h, out_w, out_dtype,
                                      channels_last_out, inv_matrix.device());

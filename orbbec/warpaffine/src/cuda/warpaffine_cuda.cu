@@ -219,12 +219,12 @@ void launch_fused(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat
   }
 }
 
-ForwardParams batch_params(const at::Tensor& in, const at::Tensor& out, int64_t interpolation,
-                           int64_t border_mode, const BorderValues& bv, const OutputTransform& ot) {
+ForwardParams batch_params(const at::Tensor& in, const at::Tensor& out, bool out_channels_last,
+                           int64_t interpolation, int64_t border_mode, const BorderValues& bv,
+                           const OutputTransform& ot) {
   return {nullptr, static_cast<const unsigned char*>(in.data_ptr()), in.size(0), in.size(1), in.size(2), in.size(3),
-          out.size(2), out.size(3), output_format(in) == at::MemoryFormat::ChannelsLast,
-          out.is_contiguous(at::MemoryFormat::ChannelsLast) && !out.is_contiguous(), interpolation, border_mode,
-          bv, ot};
+          out.size(2), out.size(3), output_format(in) == at::MemoryFormat::ChannelsLast, out_channels_last,
+          interpolation, border_mode, bv, ot};
 }
 
 at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h,
@@ -238,8 +238,8 @@ at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix,
   at::Tensor out = at::empty({src.size(0), src.size(1), out_h, out_w}, src.options().memory_format(fmt));
   if (out.numel() == 0) return out;
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  ForwardParams p = batch_params(in, out, interpolation, border_mode, bv, OutputTransform{});
-  p.out_channels_last = fmt == at::MemoryFormat::ChannelsLast;
+  const ForwardParams p = batch_params(in, out, fmt == at::MemoryFormat::ChannelsLast, interpolation, border_mode,
+                                       bv, OutputTransform{});
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
     launch_forward<scalar_t, scalar_t>(p, out, mat);
   });
@@ -258,8 +258,7 @@ at::Tensor warp_affine_fused_cuda(const at::Tensor& src, const at::Tensor& inv_m
   at::Tensor out = make_fused_output(src.size(0), src.size(1), out_h, out_w, out_dtype, channels_last_out, src.device());
   if (out.numel() == 0) return out;
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  ForwardParams p = batch_params(in, out, interpolation, border_mode, bv, ot);
-  p.out_channels_last = channels_last_out;
+  const ForwardParams p = batch_params(in, out, channels_last_out, interpolation, border_mode, bv, ot);
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_fused_cuda", [&] {
     launch_fused<scalar_t>(p, out, mat);
   });
