@@ -83,9 +83,10 @@ def extensions():
     with_cuda = _want_cuda()
     cpp = [s for s in _sources("orbbec/**/src/**/*.cpp") if not s.endswith("_opencv.cpp")]
     define = [("ORBBEC_TORCH_VERSION", '"%s"' % torch.__version__.split("+")[0])]
-    # -ffp-contract=off: no fused multiply-adds on hosts that have them (aarch64), so the CPU rounds
-    # each step as the CUDA kernels' explicit __fmul_rn/__fadd_rn do.
-    cxx = ["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-ffp-contract=off"]
+    # -ffp-contract=off (host) and --fmad=false (device): no fused multiply-adds on either side, so
+    # CPU and CUDA kernels round each step alike and agree bit for bit (roi_align's max pooling picks
+    # the same sample on both; with fmas on the GPU only, near-ties went different ways).
+    cxx = ["-O3", "-std=c++20", "-fopenmp", "-fno-math-errno", "-fvisibility=hidden", "-ffp-contract=off"]
     include_dirs = [os.path.join(ROOT, "orbbec")]
     if with_cuda:
         _arch_list()
@@ -94,7 +95,7 @@ def extensions():
             cpp + _sources("orbbec/**/src/**/*.cu"),
             include_dirs=include_dirs,
             define_macros=define + [("WITH_CUDA", None)],
-            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]},
+            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "--fmad=false", "-lineinfo"]},
             extra_link_args=["-fopenmp"],
         )
     else:
@@ -112,7 +113,7 @@ def extensions():
             include_dirs=inc + [pybind11.get_include()],
             library_dirs=[d[2:] for d in libdirs],
             libraries=libs,
-            extra_compile_args={"cxx": ["-O3", "-std=c++17"]},
+            extra_compile_args={"cxx": ["-O3", "-std=c++20"]},
         ))
     else:
         print("orbbec: OpenCV C++ headers not found (pkg-config opencv4); affine_opencv is not built", file=sys.stderr)

@@ -345,9 +345,10 @@ def _forward_backward(x, rois, grad_out, *args):
     return out, gx
 
 
-# (map shape, roi count, output size, sampling ratio): few rois on a larger map pool straight from
-# NCHW; many convert it to channels_last; C % 4 != 0 uses scalar loads; large grids take the
-# kernels' untabulated paths and several rounds of the deterministic kernel's lists.
+# (map shape, roi count, output size, sampling ratio): fixed grids, and adaptive ones with few rois,
+# pool straight from NCHW; many rois with adaptive grids convert it to channels_last; C % 4 != 0
+# uses scalar loads; large grids take the kernels' untabulated paths and several rounds of the
+# deterministic kernel's lists.
 CUDA_CASES = [
     ((2, 16, 40, 48), 3, (3, 4), 2),
     ((2, 16, 12, 14), 150, (7, 7), 2),
@@ -382,8 +383,11 @@ def test_cuda_matches_cpu(case, dtype, pool_mode, channels_last):
             memory_format=torch.channels_last)
         assert gx.stride() == gx_cpu.stride()
         torch.testing.assert_close(out.cpu(), out_cpu, rtol=tol, atol=tol)
-        # Gradients sum many terms; half-precision ones are rounded once, at the end.
-        torch.testing.assert_close(gx.cpu().double(), gx_cpu.double(), rtol=tol, atol=tol * 10)
+        # Gradients sum many terms (sampling_ratio 70: thousands per pixel) in an order the CUDA
+        # atomics do not fix, so the absolute tolerance scales with the largest gradient;
+        # half-precision ones are rounded once, at the end.
+        scale = max(1.0, gx_cpu.double().abs().max().item())
+        torch.testing.assert_close(gx.cpu().double(), gx_cpu.double(), rtol=tol, atol=tol * 10 * scale)
 
 
 @requires_cuda

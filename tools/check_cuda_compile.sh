@@ -18,13 +18,13 @@ if ! python -c 'import torch.utils.cpp_extension as c, os, sys; sys.exit(0 if an
 fi
 INCLUDES="-I$STUB $INCLUDES"
 status=0
-for f in $(find orbbec -name '*.cu' | sort); do
-  if "$NVCC" -std=c++17 -O3 -arch=sm_90 -DWITH_CUDA --expt-relaxed-constexpr -D_GLIBCXX_USE_CXX11_ABI=$ABI \
-       -Xcompiler -fPIC -I orbbec $INCLUDES -c "$f" -o /tmp/orbbec_check_$$.o; then
+for f in ${CHECK_FILES:-$(find orbbec -name "*.cu" | sort)}; do
+  if "$NVCC" -std=c++20 -O3 -arch=sm_90 --fmad=false ${NVCC_EXTRA:-} -DWITH_CUDA --expt-relaxed-constexpr -D_GLIBCXX_USE_CXX11_ABI=$ABI \
+       -Xcompiler -fPIC -I orbbec $INCLUDES -c "$f" -o /tmp/orbbec_check_$$_$(basename $f).o; then
     echo "check_cuda_compile: OK   $f"
   else
     echo "check_cuda_compile: FAIL $f"; status=1
   fi
 done
-rm -rf /tmp/orbbec_check_$$.o "$STUB"
+rm -rf /tmp/orbbec_check_$$_*.o "$STUB"
 exit $status

@@ -1,20 +1,47 @@
 // Argument checks shared by every op. A failed check raises a Python ValueError or TypeError
-// whose message names the argument. The message is assembled here with an ostringstream and
-// thrown as a c10 error directly, so no check depends on TORCH_CHECK's variadic formatting.
+// whose message names the argument. The message is assembled here by string appends and thrown as
+// a c10 error directly. No iostreams: where the extension is linked with a static libstdc++ (the
+// GPU machine's toolchain does this), its private iostream copy is never initialised and
+// `ostringstream << long` crashed the process instead of raising.
 #pragma once
-#include <sstream>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include <c10/util/Exception.h>
 #include <torch/types.h>
 
 namespace orbbec {
+namespace detail {
+
+inline void append(std::string& s, const char* v) { s += v; }
+inline void append(std::string& s, const std::string& v) { s += v; }
+inline void append(std::string& s, bool v) { s += v ? "True" : "False"; }
+inline void append(std::string& s, at::ScalarType v) { s += c10::toString(v); }
+inline void append(std::string& s, const c10::Device& v) { s += v.str(); }
+inline void append(std::string& s, at::IntArrayRef v) {
+  s += "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  s += "]";
+}
+template <typename T, typename std::enable_if<std::is_integral<T>::value, int>::type = 0>
+void append(std::string& s, T v) {
+  s += std::to_string(v);
+}
+template <typename T, typename std::enable_if<std::is_floating_point<T>::value, int>::type = 0>
+void append(std::string& s, T v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(v));
+  s += buf;
+}
+
+}  // namespace detail
 
 template <typename... Parts>
 std::string concat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
+  std::string out;
+  (detail::append(out, parts), ...);
+  return out;
 }
 
 #define ORBBEC_CHECK_VALUE(cond, ...)                                          \

@@ -1,13 +1,17 @@
 // CUDA kernels of roi_align.
 //
-// Forward: one block per (roi, bin row). Its sample taps are computed once into shared memory and
-// reused by every channel; threads run along the channels of a channels_last map, so each tap is
-// one coalesced run of 16-byte loads (8 float16 / 4 float32 channels per thread). An NCHW map is
-// converted to channels_last first when the rois sample it several times over (the conversion is
-// one read and write of the map); otherwise a thread per output pools straight from NCHW.
+// Forward, NCHW map: one block per (chunk of channels, roi), rois fastest, so that the blocks in
+// flight share a few channel planes, which stay in L2 (forward_nchw_kernel). The roi's sample taps
+// are computed once into shared memory; a thread pools one output. Used for fixed grids of up to
+// 4x4 samples, and for adaptive grids unless the rois sample the map many times over.
+// Forward, channels_last map (or an NCHW one converted, the rest of the time): one block per (roi,
+// bin row), its taps in shared memory; threads run along the channels, so each tap is one
+// coalesced run of 16-byte loads (8 float16 / 4 float32 channels per thread).
 //
-// Backward, default: the same blocks scatter with atomicAdd into a float32 channels_last buffer, so
-// the atomics of a warp land on consecutive addresses (one float4 atomic per thread on sm_90).
+// Backward, default: one block per (chunk of 32 channels, roi), rois fastest, scatters with
+// atomicAdd into a float32 channels_last buffer, so the atomics of a warp land on consecutive
+// addresses (one float4 atomic per thread on sm_90) and the chunk being accumulated stays in L2;
+// a tiled transpose then writes an NCHW gradient.
 // Backward, deterministic: one block per (image, 8x8 pixel tile, channel chunk) gathers: it lists
 // the rois touching its tile in roi order, then their samples in bin order, and each thread sums its
 // channel of the tile in shared memory. Every gradient element is written once, by one thread, in an
@@ -35,6 +39,10 @@ constexpr int kMaxThreads = 256;
 // the row). Larger (adaptive) grids compute their taps on the fly.
 constexpr int kTabY = 64;
 constexpr int kTabX = 512;
+// Per-roi tap tables (all bins of a roi, y then x) of the NCHW forward and the atomic backward.
+constexpr int kTabRoi = 512;
+// Channels per block of the atomic backward: 32 float accumulators, one 128-byte line per pixel.
+constexpr int kChunkC = 32;
 constexpr int kTile = 8;  // deterministic backward: tiles of kTile x kTile gradient pixels
 
 struct Strides4 {
@@ -126,29 +134,99 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-// input: contiguous NCHW; one thread per output element (for few rois on a large map).
+// Threads of a block that covers `items` work items in as few equal rounds of at most kMaxThreads
+// as possible, rounded up to whole warps.
+int threads_for(int64_t items) {
+  const int64_t rounds = (items + kMaxThreads - 1) / kMaxThreads;
+  return static_cast<int>(std::min<int64_t>(kMaxThreads, ((items + rounds - 1) / rounds + 31) / 32 * 32));
+}
+
+// Entries of the per-roi tap tables (prepare_roi) to reserve in dynamic shared memory: exactly what
+// a fixed grid needs, or kTabAdaptive for adaptive grids (larger ones compute taps on the fly).
+int roi_table_entries(const Params& p) {
+  if (p.sampling_ratio > 0) {
+    const int64_t need = (p.pooled_h + p.pooled_w) * p.sampling_ratio;
+    return need <= kTabRoi ? static_cast<int>(need) : 0;
+  }
+  return kTabRoi;
+}
+
+// A y tap whose lo and hi are row offsets (multiplied by row) instead of row numbers; an outside
+// tap keeps lo < 0.
+template <typename acc_t>
+__device__ __forceinline__ AxisTap<acc_t> row_tap(AxisTap<acc_t> t, int row) {
+  if (t.lo >= 0) {
+    t.lo *= row;
+    t.hi *= row;
+  }
+  return t;
+}
+
+// Every thread of the block: the geometry of roi k and, when the taps of all its bins fit in cap
+// entries, those taps in the shared table tab: y taps at [ph * grid_h + iy] (as row_tap(., row)),
+// then x taps at [PH * grid_h + pw * grid_w + ix]. Returns whether the table holds them.
+template <typename acc_t, typename scalar_t>
+__device__ bool prepare_roi(const scalar_t* rois, int64_t k, int64_t N, int H, int W, int row, const Params& p,
+                            int cap, RoiGeom<acc_t>& g, AxisTap<acc_t>* tab) {
+  g = make_geom<acc_t>(rois + k * 5, N, p);
+  const int64_t ny = p.pooled_h * g.grid_h, nx = p.pooled_w * g.grid_w;
+  const bool fits = ny + nx <= cap;
+  __syncthreads();  // the previous roi's readers are done with the table
+  if (fits) {
+    for (int i = threadIdx.x; i < ny; i += blockDim.x) {
+      const int ph = i / g.grid_h;
+      tab[i] = row_tap(axis_tap(sample_coord(g.start_y, g.bin_h, ph, i - ph * g.grid_h, g.grid_h), H), row);
+    }
+    for (int j = threadIdx.x; j < nx; j += blockDim.x) {
+      const int pw = j / g.grid_w;
+      tab[ny + j] = axis_tap(sample_coord(g.start_x, g.bin_w, pw, j - pw * g.grid_w, g.grid_w), W);
+    }
+  }
+  __syncthreads();
+  return fits;
+}
+
+// input: contiguous NCHW with H * W < 2^31. One block per (chunk of chunk_c channels, roi), rois
+// fastest: the blocks in flight at once pool all rois from the same few channel planes, which stay
+// in L2 (pooling roi by roi over all channels would stream the whole map from DRAM about once per
+// overlapping roi). The roi's taps are computed once into shared memory for all its channels; a
+// thread pools one output (channel, ph, pw), so a warp reads one or two planes near the roi and
+// writes consecutive outputs.
 template <typename scalar_t, bool MAX>
-__global__ void forward_nchw_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ rois,
-                                    scalar_t* __restrict__ out, Strides4 os, int32_t* __restrict__ argmax, int64_t K,
-                                    int64_t N, int64_t C, int H, int W, Params p) {
+__global__ void __launch_bounds__(kMaxThreads)
+    forward_nchw_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ rois,
+                        scalar_t* __restrict__ out, Strides4 os, int32_t* __restrict__ argmax, int64_t K, int64_t N,
+                        int64_t C, int H, int W, Params p, int chunk_c, int cap) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t PH = p.pooled_h, PW = p.pooled_w, total = K * C * PH * PW;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    const int64_t pw = i % PW;
-    int64_t t = i / PW;
-    const int64_t ph = t % PH;
-    t /= PH;
-    const int64_t c = t % C, k = t / C;
-    const RoiGeom<acc_t> g = make_geom<acc_t>(rois + k * 5, N, p);
-    const scalar_t* plane = input + (g.batch >= 0 ? (g.batch * C + c) * H * W : 0);
-    auto tap_y = [&](int iy) { return axis_tap(sample_coord(g.start_y, g.bin_h, ph, iy, g.grid_h), H); };
-    auto tap_x = [&](int ix) { return axis_tap(sample_coord(g.start_x, g.bin_w, pw, ix, g.grid_w), W); };
-    auto load = [&](int y, int x, acc_t* v) { v[0] = static_cast<acc_t>(plane[static_cast<int64_t>(y) * W + x]); };
-    acc_t acc[1];
-    int32_t arg[1];
-    pool_bin<MAX, 1>(g.grid_h, g.grid_w, tap_y, tap_x, load, acc, arg);
-    store_bin<MAX, 1>(out, os, argmax, k, c, ph, pw, acc, arg, g.count);
+  extern __shared__ __align__(16) unsigned char roi_smem[];
+  AxisTap<acc_t>* const tab = reinterpret_cast<AxisTap<acc_t>*>(roi_smem);
+  const int PW = static_cast<int>(p.pooled_w), bins = static_cast<int>(p.pooled_h * p.pooled_w);
+  const int64_t HW = static_cast<int64_t>(H) * W, chunks = (C + chunk_c - 1) / chunk_c;
+  for (int64_t blk = blockIdx.x; blk < chunks * K; blk += gridDim.x) {
+    const int64_t chunk = blk / K, k = blk - chunk * K;
+    RoiGeom<acc_t> g;
+    const bool tabled = prepare_roi(rois, k, N, H, W, W, p, cap, g, tab);
+    const AxisTap<acc_t>* const xtab = tab + p.pooled_h * g.grid_h;
+    const int64_t c_begin = chunk * chunk_c;
+    const int items = static_cast<int>(std::min<int64_t>(chunk_c, C - c_begin)) * bins;
+    const scalar_t* const planes = input + ((g.batch >= 0 ? g.batch : 0) * C + c_begin) * HW;
+    for (int item = threadIdx.x; item < items; item += blockDim.x) {
+      const int c = item / bins, bin = item - c * bins, ph = bin / PW, pw = bin - ph * PW;
+      const scalar_t* const plane = planes + c * HW;
+      auto tap_y = [&](int iy) {
+        return tabled ? tab[ph * g.grid_h + iy]
+                      : row_tap(axis_tap(sample_coord(g.start_y, g.bin_h, ph, iy, g.grid_h), H), W);
+      };
+      auto tap_x = [&](int ix) {
+        return tabled ? xtab[pw * g.grid_w + ix] : axis_tap(sample_coord(g.start_x, g.bin_w, pw, ix, g.grid_w), W);
+      };
+      // y is a row offset (row_tap), so y + x < H * W indexes the plane in 32 bits.
+      auto load = [&](int y, int x, acc_t* v) { v[0] = static_cast<acc_t>(plane[y + x]); };
+      acc_t acc[1];
+      int32_t arg[1];
+      pool_bin<MAX, 1>(g.grid_h, g.grid_w, tap_y, tap_x, load, acc, arg);
+      store_bin<MAX, 1>(out, os, argmax, k, c_begin + c, ph, pw, acc, arg, g.count);
+    }
   }
 }
 
@@ -160,13 +238,39 @@ bool convert_pays(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, const P
   return double(K) * double(p.pooled_h) * double(p.pooled_w) * samples * 4.0 >= double(N) * double(H) * double(W);
 }
 
+// Whether to pool an NCHW map in place (forward_nchw_kernel) rather than convert it. Fixed grids of
+// up to 4x4 samples always do: with the planes in L2, reading them through L1 costs less than the
+// conversion's pass over the whole map plus the channels_last kernel's strided NCHW stores.
+// Adaptive grids can be much denser (unknown without reading the rois), where the channels_last
+// kernel's 16-byte loads win, so they keep the estimate of convert_pays.
+bool pool_in_place(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, const Params& p) {
+  const int64_t kInt32 = int64_t(1) << 31;
+  if (H * W >= kInt32 || p.pooled_h * p.pooled_w >= (int64_t(1) << 24)) return false;  // 32-bit indices
+  if (p.sampling_ratio > 0 && p.sampling_ratio <= 4) return true;
+  return !convert_pays(N, C, H, W, K, p);
+}
+
+template <typename scalar_t, bool MAX>
+void launch_nchw(const at::Tensor& x, const at::Tensor& rois, at::Tensor& out, int32_t* argmax, const Params& p) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t K = rois.size(0), C = x.size(1), bins = p.pooled_h * p.pooled_w;
+  // Channels per block: enough bins to fill kMaxThreads threads (one round when bins < kMaxThreads).
+  const int64_t chunk_c = bins >= kMaxThreads ? 1 : std::min<int64_t>(C, kMaxThreads / bins);
+  const int threads = threads_for(chunk_c * bins);
+  const int cap = roi_table_entries(p);
+  const int64_t blocks = (C + chunk_c - 1) / chunk_c * K;
+  forward_nchw_kernel<scalar_t, MAX><<<static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 30)), threads,
+                                       cap * sizeof(AxisTap<acc_t>), c10::cuda::getCurrentCUDAStream()>>>(
+      x.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), strides_of(out), argmax, K,
+      x.size(0), C, static_cast<int>(x.size(2)), static_cast<int>(x.size(3)), p, static_cast<int>(chunk_c), cap);
+  ORBBEC_LAUNCH_CHECK();
+}
+
 template <typename scalar_t, int VEC, bool MAX>
 void launch_cl(const at::Tensor& x, const at::Tensor& rois, at::Tensor& out, int32_t* argmax, const Params& p) {
   const int64_t K = rois.size(0), C = x.size(1);
   // Threads cover the (pw, channel group) items of a bin row in as few equal rounds as possible.
-  const int64_t items = p.pooled_w * (C / VEC);
-  const int64_t rounds = (items + kMaxThreads - 1) / kMaxThreads;
-  const int threads = static_cast<int>(std::min<int64_t>(kMaxThreads, ((items + rounds - 1) / rounds + 31) / 32 * 32));
+  const int threads = threads_for(p.pooled_w * (C / VEC));
   const int64_t rows = K * p.pooled_h;
   forward_cl_kernel<scalar_t, VEC, MAX><<<grid_for(rows * threads, threads), threads, 0,
                                           c10::cuda::getCurrentCUDAStream()>>>(
@@ -181,20 +285,17 @@ template <typename scalar_t, bool MAX>
 void launch_forward(const at::Tensor& input, const at::Tensor& rois, at::Tensor& out, int32_t* argmax,
                     const Params& p) {
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3), K = rois.size(0);
-  if (input.is_contiguous(at::MemoryFormat::ChannelsLast) || convert_pays(N, C, H, W, K, p)) {
-    const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
-    constexpr int kVec = 16 / sizeof(scalar_t);
-    if (C % kVec == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) {
-      launch_cl<scalar_t, kVec, MAX>(x, rois, out, argmax, p);
-    } else {
-      launch_cl<scalar_t, 1, MAX>(x, rois, out, argmax, p);
-    }
+  const bool cl = input.is_contiguous(at::MemoryFormat::ChannelsLast);
+  if (!cl && pool_in_place(N, C, H, W, K, p)) {
+    launch_nchw<scalar_t, MAX>(input.contiguous(), rois, out, argmax, p);
+    return;
+  }
+  const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
+  constexpr int kVec = 16 / sizeof(scalar_t);
+  if (C % kVec == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) {
+    launch_cl<scalar_t, kVec, MAX>(x, rois, out, argmax, p);
   } else {
-    const at::Tensor x = input.contiguous();
-    forward_nchw_kernel<scalar_t, MAX><<<grid_for(out.numel(), 256), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        x.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), strides_of(out), argmax, K, N,
-        C, static_cast<int>(H), static_cast<int>(W), p);
-    ORBBEC_LAUNCH_CHECK();
+    launch_cl<scalar_t, 1, MAX>(x, rois, out, argmax, p);
   }
 }
 
@@ -214,29 +315,38 @@ __device__ __forceinline__ void atomic_add_vec(acc_t* dst, const acc_t* v) {
   }
 }
 
-// gbuf: zeroed [N, H, W, C] accumulator; VEC channels per thread (C % VEC == 0).
+// gbuf: zeroed [N, H, W, C] accumulator; VEC channels per thread (C % VEC == 0). One block per
+// (chunk of kChunkC channels, roi), rois fastest: the blocks in flight add into one chunk of every
+// pixel (one 128-byte float line each, about 16 MB for a 2 x 200 x 304 map), which stays in L2
+// instead of going back and forth to DRAM. Threads cover (bin, channel group), groups fastest, so
+// a warp's atomics of a tap fill whole lines of a few pixels.
 template <typename scalar_t, int VEC, bool MAX>
 __global__ void __launch_bounds__(kMaxThreads)
     backward_atomic_kernel(const scalar_t* __restrict__ grad, Strides4 gs, const int32_t* __restrict__ argmax,
                            Strides4 as, const scalar_t* __restrict__ rois, at::opmath_type<scalar_t>* __restrict__ gbuf,
-                           int64_t K, int64_t N, int64_t C, int H, int W, Params p) {
+                           int64_t K, int64_t N, int64_t C, int H, int W, Params p, int cap) {
   using acc_t = at::opmath_type<scalar_t>;
-  __shared__ AxisTap<acc_t> ytab[kTabY];
-  __shared__ AxisTap<acc_t> xtab[kTabX];
-  const int64_t PH = p.pooled_h, PW = p.pooled_w, CG = C / VEC;
-  for (int64_t row = blockIdx.x; row < K * PH; row += gridDim.x) {
-    const int64_t k = row / PH, ph = row - k * PH;
+  extern __shared__ __align__(16) unsigned char roi_smem[];
+  AxisTap<acc_t>* const tab = reinterpret_cast<AxisTap<acc_t>*>(roi_smem);
+  const int PW = static_cast<int>(p.pooled_w), bins = static_cast<int>(p.pooled_h * p.pooled_w);
+  const int64_t chunks = (C + kChunkC - 1) / kChunkC;
+  for (int64_t blk = blockIdx.x; blk < chunks * K; blk += gridDim.x) {
+    const int64_t chunk = blk / K, k = blk - chunk * K;
     RoiGeom<acc_t> g;
-    const bool tab = prepare_row(rois, k, ph, N, H, W, p, g, ytab, xtab);
+    const bool tabled = prepare_roi(rois, k, N, H, W, 1, p, cap, g, tab);
     if (g.batch < 0) continue;  // uniform over the block
+    const AxisTap<acc_t>* const xtab = tab + p.pooled_h * g.grid_h;
+    const int64_t c_begin = chunk * kChunkC;
+    const int groups = static_cast<int>(std::min<int64_t>(kChunkC, C - c_begin)) / VEC;
     acc_t* img = gbuf + g.batch * H * W * C;
-    for (int64_t item = threadIdx.x; item < PW * CG; item += blockDim.x) {
-      const int64_t pw = item / CG, c0 = (item - pw * CG) * VEC;
+    for (int item = threadIdx.x; item < bins * groups; item += blockDim.x) {
+      const int bin = item / groups, ph = bin / PW, pw = bin - ph * PW;
+      const int64_t c0 = c_begin + (item - bin * groups) * VEC;
       auto tap_y = [&](int iy) {
-        return tab ? ytab[iy] : axis_tap(sample_coord(g.start_y, g.bin_h, ph, iy, g.grid_h), H);
+        return tabled ? tab[ph * g.grid_h + iy] : axis_tap(sample_coord(g.start_y, g.bin_h, ph, iy, g.grid_h), H);
       };
       auto tap_x = [&](int ix) {
-        return tab ? xtab[pw * g.grid_w + ix] : axis_tap(sample_coord(g.start_x, g.bin_w, pw, ix, g.grid_w), W);
+        return tabled ? xtab[pw * g.grid_w + ix] : axis_tap(sample_coord(g.start_x, g.bin_w, pw, ix, g.grid_w), W);
       };
       auto pixel = [&](int y, int x) { return img + (static_cast<int64_t>(y) * W + x) * C + c0; };
       acc_t gv[VEC];
@@ -278,25 +388,50 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// out[n, c, p] = in[n, p, c] (p over H * W pixels): the [N, H, W, C] accumulator to a contiguous
+// NCHW gradient, through 32 x 32 shared tiles so that both the reads (along c) and the writes
+// (along p) coalesce, which a strided copy_ of the permuted view does not. Blocks of 32 x 8.
+template <typename acc_t, typename scalar_t>
+__global__ void nhwc_to_nchw_kernel(const acc_t* __restrict__ in, scalar_t* __restrict__ out, int64_t N, int64_t C,
+                                    int64_t P) {
+  __shared__ acc_t tile[32][33];  // padded: the column reads of the write phase miss bank conflicts
+  const int64_t tiles_c = (C + 31) / 32, tiles_p = (P + 31) / 32;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t blk = blockIdx.x; blk < N * tiles_c * tiles_p; blk += gridDim.x) {
+    const int64_t tp = blk % tiles_p, rest = blk / tiles_p, tc = rest % tiles_c, n = rest / tiles_c;
+    const int64_t p0 = tp * 32, c0 = tc * 32;
+    for (int j = ty; j < 32; j += 8) {
+      const int64_t pix = p0 + j, c = c0 + tx;
+      if (pix < P && c < C) tile[j][tx] = in[(n * P + pix) * C + c];
+    }
+    __syncthreads();
+    for (int j = ty; j < 32; j += 8) {
+      const int64_t c = c0 + j, pix = p0 + tx;
+      if (pix < P && c < C) out[(n * C + c) * P + pix] = static_cast<scalar_t>(tile[tx][j]);
+    }
+    __syncthreads();  // the tile is refilled next
+  }
+}
+
 template <typename scalar_t, bool MAX>
 at::Tensor backward_atomic(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
                            const at::Tensor& input, at::MemoryFormat fmt, const Params& p) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto acc_dtype = c10::CppTypeToScalarType<acc_t>::value;
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3), K = rois.size(0);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
   at::Tensor buf = at::zeros({N, H, W, C}, input.options().dtype(acc_dtype));
   const int32_t* ap = MAX ? argmax.data_ptr<int32_t>() : nullptr;
   const Strides4 as = MAX ? strides_of(argmax) : Strides4{0, 0, 0, 0};
+  const int cap = roi_table_entries(p);
   auto launch = [&](auto vec_tag) {
     constexpr int VEC = decltype(vec_tag)::value;
-    const int64_t items = p.pooled_w * (C / VEC);
-    const int64_t rounds = (items + kMaxThreads - 1) / kMaxThreads;
-    const int threads =
-        static_cast<int>(std::min<int64_t>(kMaxThreads, ((items + rounds - 1) / rounds + 31) / 32 * 32));
-    backward_atomic_kernel<scalar_t, VEC, MAX><<<grid_for(K * p.pooled_h * threads, threads), threads, 0,
-                                                 c10::cuda::getCurrentCUDAStream()>>>(
+    const int threads = threads_for(p.pooled_h * p.pooled_w * (kChunkC / VEC));
+    const int64_t blocks = (C + kChunkC - 1) / kChunkC * K;
+    backward_atomic_kernel<scalar_t, VEC, MAX><<<static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 30)),
+                                                 threads, cap * sizeof(AxisTap<acc_t>), stream>>>(
         grad.data_ptr<scalar_t>(), strides_of(grad), ap, as, rois.data_ptr<scalar_t>(), buf.data_ptr<acc_t>(), K, N,
-        C, static_cast<int>(H), static_cast<int>(W), p);
+        C, static_cast<int>(H), static_cast<int>(W), p, cap);
     ORBBEC_LAUNCH_CHECK();
   };
   bool launched = false;
@@ -307,10 +442,19 @@ at::Tensor backward_atomic(const at::Tensor& grad, const at::Tensor& rois, const
     }
   }
   if (!launched) launch(std::integral_constant<int, 1>());
-  const at::Tensor view = buf.permute({0, 3, 1, 2});
-  if (fmt == at::MemoryFormat::ChannelsLast && acc_dtype == input.scalar_type()) return view;
-  at::Tensor out = at::empty(input.sizes(), input.options().memory_format(fmt));
-  out.copy_(view);
+  if (fmt == at::MemoryFormat::ChannelsLast) {
+    const at::Tensor view = buf.permute({0, 3, 1, 2});
+    if (acc_dtype == input.scalar_type()) return view;
+    at::Tensor out = at::empty(input.sizes(), input.options().memory_format(fmt));
+    out.copy_(view);  // same layout, an elementwise conversion
+    return out;
+  }
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  const int64_t tiles = N * ((C + 31) / 32) * ((H * W + 31) / 32);
+  nhwc_to_nchw_kernel<acc_t, scalar_t><<<static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(1) << 30)),
+                                         dim3(32, 8), 0, stream>>>(buf.data_ptr<acc_t>(), out.data_ptr<scalar_t>(),
+                                                                   N, C, H * W);
+  ORBBEC_LAUNCH_CHECK();
   return out;
 }
 
@@ -555,6 +699,9 @@ at::Tensor roi_align_backward_cuda(const at::Tensor& grad, const at::Tensor& roi
                                    bool aligned, int64_t pool_mode, bool deterministic) {
   const Params p = check_backward_args(grad, rois, input, spatial_scale, pooled_h, pooled_w, sampling_ratio,
                                        aligned, pool_mode);
+  // The atomic kernel indexes a block's (bin, channel) items in 32 bits.
+  ORBBEC_CHECK_VALUE(pooled_h * pooled_w < (int64_t(1) << 26), "orbbec: the CUDA backward takes at most 2^26 bins "
+                     "per roi, got output_size (", pooled_h, ", ", pooled_w, ")");
   const c10::cuda::CUDAGuard guard(input.device());
   const auto fmt = output_format(input);
   if (grad.numel() == 0 || input.numel() == 0) {

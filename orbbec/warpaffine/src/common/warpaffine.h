@@ -106,40 +106,47 @@ struct OutputTransform {
 // computed once. OpenCV 5 does fma(float(m0), x, float(row_term)) in float32: the product of a
 // float and an integer below 2^24 is exact in double, so one double add rounded to float gives the
 // fma's single rounding, on hosts without an fma instruction as well.
-ORBBEC_HD float source_coord(double m0, double row_term, int64_t x, float) {
-  const double prod = static_cast<double>(static_cast<float>(m0)) * static_cast<double>(x);
+// x and y arrive as doubles (exact for any pixel index): converting a 64-bit integer is slow on GPUs.
+ORBBEC_HD float source_coord(double m0, double row_term, double x, float) {
+  const double prod = static_cast<double>(static_cast<float>(m0)) * x;
   return static_cast<float>(add_rn(prod, static_cast<double>(static_cast<float>(row_term))));
 }
-ORBBEC_HD double source_coord(double m0, double row_term, int64_t x, double) {
-  return add_rn(mul_rn(m0, static_cast<double>(x)), row_term);
+ORBBEC_HD double source_coord(double m0, double row_term, double x, double) {
+  return add_rn(mul_rn(m0, x), row_term);
 }
-ORBBEC_HD double row_term(double m1, double m2, int64_t y) {
-  return add_rn(mul_rn(m1, static_cast<double>(y)), m2);
+ORBBEC_HD double row_term(double m1, double m2, double y) {
+  return add_rn(mul_rn(m1, y), m2);
 }
 
 ORBBEC_HD bool coord_ok(double c) { return ::fabs(c) < kMaxCoord; }  // false for NaN and inf
+// The same test for a float (exact: 2^30 is a float); no conversion to double on the GPU.
+ORBBEC_HD bool coord_ok(float c) { return ::fabsf(c) < static_cast<float>(kMaxCoord); }
 
-// floor() for a coordinate already known to pass coord_ok: an integer conversion and a compare,
-// where the library floor is a function call on CPUs without SSE4.1.
+// floor() for a coordinate already known to pass coord_ok (|v| < 2^30, so 32 bits hold it): an
+// integer conversion and a compare, where the library floor is a function call on CPUs without
+// SSE4.1. 32-bit, because 64-bit conversions run at a fraction of the rate on GPUs.
 template <typename acc_t>
-ORBBEC_HD int64_t floor_coord(acc_t v) {
-  const int64_t i = static_cast<int64_t>(v);  // truncates toward zero
+ORBBEC_HD int32_t floor_coord(acc_t v) {
+  const int32_t i = static_cast<int32_t>(v);  // truncates toward zero
   return v < static_cast<acc_t>(i) ? i - 1 : i;
 }
 
 // Maps an out-of-range tap index into [0, len) (OpenCV's borderInterpolate, in closed form so
 // that far-away taps cost the same as near ones). Only called for modes other than constant.
-ORBBEC_HD int64_t border_index(int64_t p, int64_t len, int64_t mode) {
+// Templated on the index type: the CUDA forward kernel works in 32 bits (64-bit division is a long
+// subroutine on GPUs), the rest in 64.
+template <typename index_t>
+ORBBEC_HD index_t border_index(index_t p, index_t len, int64_t mode) {
   if (p >= 0 && p < len) return p;
   if (mode == kReplicate) return p < 0 ? 0 : len - 1;
   if (mode == kWrap) {
-    int64_t q = p % len;
+    index_t q = p % len;
     return q < 0 ? q + len : q;
   }
   if (len == 1) return 0;
-  const int64_t delta = (mode == kReflect101) ? 1 : 0;
-  const int64_t period = 2 * len - 2 * delta;
-  int64_t q = p % period;
+  const index_t delta = (mode == kReflect101) ? 1 : 0;
+  const index_t period = 2 * len - 2 * delta;
+  index_t q = p % period;
   if (q < 0) q += period;
   return q < len ? q : period - 1 + delta - q;
 }
@@ -156,11 +163,14 @@ struct Store<uint8_t, acc_t> {
     // int conversion of a huge value wraps on the CPU and saturates on the GPU). Then round half
     // to even, as cvRound / lrint.
     const float f = static_cast<float>(v);
+#if defined(__CUDA_ARCH__)
+    // Clamp (fmaxf maps NaN to 0), then round half to even by adding 2^23: in [2^23, 2^23 + 256)
+    // floats are the integers, so the add rounds like __float2int_rn, without the slow F2I unit.
+    const float clamped = fminf(fmaxf(f, 0.0f), 255.0f);
+    return static_cast<uint8_t>(__float_as_uint(__fadd_rn(clamped, 8388608.0f)) & 0xFFu);
+#else
     if (!(f >= 0.0f)) return 0;  // negative or NaN
     if (f >= 255.0f) return 255;
-#if defined(__CUDA_ARCH__)
-    return static_cast<uint8_t>(__float2int_rn(f));
-#else
     return static_cast<uint8_t>(::lrintf(f));  // inlined with -fno-math-errno
 #endif
   }
@@ -204,20 +214,21 @@ struct Taps {
 template <typename acc_t>
 ORBBEC_HD Taps<acc_t> make_taps(acc_t sx, acc_t sy, int64_t interpolation) {
   Taps<acc_t> t;
-  t.valid = coord_ok(static_cast<double>(sx)) && coord_ok(static_cast<double>(sy));
+  t.valid = coord_ok(sx) && coord_ok(sy);
   if (!t.valid) {
     t.x0 = t.y0 = 0; t.n = 1; t.fx = t.fy = acc_t(0);
     return t;
   }
   if (interpolation == kNearest) {
-    t.x0 = static_cast<int64_t>(::rint(sx));  // round half to even, as cvRound
-    t.y0 = static_cast<int64_t>(::rint(sy));
+    t.x0 = static_cast<int32_t>(::rint(sx));  // round half to even, as cvRound
+    t.y0 = static_cast<int32_t>(::rint(sy));
     t.n = 1; t.fx = t.fy = acc_t(0);
   } else {
-    t.x0 = floor_coord(sx);
-    t.y0 = floor_coord(sy);
-    t.fx = sx - static_cast<acc_t>(t.x0);  // exact: sx and floor(sx) are within one binade
-    t.fy = sy - static_cast<acc_t>(t.y0);
+    const int32_t x0 = floor_coord(sx), y0 = floor_coord(sy);
+    t.x0 = x0;
+    t.y0 = y0;
+    t.fx = sx - static_cast<acc_t>(x0);  // exact: sx and floor(sx) are within one binade
+    t.fy = sy - static_cast<acc_t>(y0);
     t.n = 2;
     if (interpolation == kBicubic) { t.x0 -= 1; t.y0 -= 1; t.n = 4; }
   }

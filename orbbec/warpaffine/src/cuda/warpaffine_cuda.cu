@@ -1,30 +1,24 @@
-// CUDA kernels of warp_affine.
-//
-// Forward: one block per 32 x 16 output tile of one image. The block first copies the input
-// rectangle its tile samples from (the footprint) into shared memory with 16-byte loads, then each
-// thread interpolates its pixels from there. Gathering taps straight from global memory costs a
-// narrow, scattered load per tap; the staged copy reads each input byte once, coalesced. Tiles whose
-// footprint does not fit in shared memory (strong downscaling) gather from global memory instead;
-// the arithmetic is the shared code of common/warpaffine.h either way, so CPU and CUDA agree.
+// CUDA entry points of warp_affine (argument checks, launches) and the backward kernel. The
+// forward kernel is in warpaffine_forward.cuh.
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
-#include "common/src/cuda_utils.cuh"
-#include "warpaffine/src/warpaffine_ext.h"
+#include "warpaffine/src/cuda/warpaffine_forward.cuh"
+
+ORBBEC_WARP_FORWARD_TYPES(ORBBEC_WARP_FORWARD_EXTERN)
 
 namespace orbbec {
 namespace warpaffine {
 namespace {
 
-template <typename scalar_t>
-using acc_type = typename std::conditional<std::is_same<scalar_t, double>::value, double, float>::type;
+using forward_cuda::acc_type;
+using forward_cuda::ForwardParams;
+using forward_cuda::ImageDesc;
+using forward_cuda::kThreads;
+using forward_cuda::launch_fused;
 
-constexpr int kTileW = 32, kTileH = 16, kThreads = 256;
-constexpr int kRowsPerPass = kThreads / kTileW;                 // 8 output rows per sweep
-constexpr int kPixelsPerThread = kTileW * kTileH / kThreads;    // 2
-constexpr int kSmemBytes = 40 * 1024;
 
-// src and out are both contiguous NCHW, or both contiguous NHWC (channels_last).
+// Backward's layout: src and out are both contiguous NCHW, or both contiguous NHWC (channels_last).
 struct Layout {
   int64_t B, C, H, W, OH, OW;
   bool channels_last;
@@ -35,194 +29,17 @@ __device__ __forceinline__ int64_t element_offset(const Layout& L, int64_t b, in
   return L.channels_last ? ((b * H + y) * W + x) * L.C + c : ((b * L.C + c) * H + y) * W + x;
 }
 
-// The input rectangle [x0, x1] x [y0, y1] one tile samples from, clipped to the image.
-struct Footprint {
-  int64_t x0, x1, y0, y1;
-  bool usable;  // finite, non-empty
-};
-
-template <typename acc_t>
-__device__ Footprint tile_footprint(const double* M, int64_t tx0, int64_t ty0, int64_t tx1, int64_t ty1,
-                                    int64_t interp, int64_t H, int64_t W) {
-  double minx = INFINITY, maxx = -INFINITY, miny = INFINITY, maxy = -INFINITY;
-  bool finite = true;
-  for (int k = 0; k < 4; ++k) {
-    const int64_t x = (k & 1) ? tx1 : tx0, y = (k & 2) ? ty1 : ty0;
-    const double sx = source_coord(M[0], row_term(M[1], M[2], y), x, acc_t());
-    const double sy = source_coord(M[3], row_term(M[4], M[5], y), x, acc_t());
-    finite = finite && coord_ok(sx) && coord_ok(sy);
-    minx = fmin(minx, sx); maxx = fmax(maxx, sx);
-    miny = fmin(miny, sy); maxy = fmax(maxy, sy);
-  }
-  Footprint f{0, -1, 0, -1, false};
-  if (!finite) return f;
-  const int64_t lo = interp == kBicubic ? 1 : 0, hi = interp == kBicubic ? 2 : 1;
-  f.x0 = max(int64_t(floor(minx)) - lo, int64_t(0));
-  f.x1 = min(int64_t(floor(maxx)) + hi, W - 1);
-  f.y0 = max(int64_t(floor(miny)) - lo, int64_t(0));
-  f.y1 = min(int64_t(floor(maxy)) + hi, H - 1);
-  f.usable = f.x0 <= f.x1 && f.y0 <= f.y1;
-  return f;
-}
-
-// Copies rows [f.y0, f.y1] of `planes` consecutive planes into shared memory. Each shared row
-// starts at the 16-byte aligned address below its first byte, so every copy is one 16-byte load
-// and store; words that would reach outside the tensor are copied byte by byte.
-__device__ void stage_planes(unsigned char* smem, const unsigned char* row0_first_byte_of_plane0,
-                             int64_t plane_stride_bytes, int64_t row_stride_bytes, int64_t rows,
-                             int64_t pitch, int64_t planes, int64_t row_bytes,
-                             const unsigned char* begin, const unsigned char* end) {
-  const int64_t words_per_row = pitch / 16;
-  const int64_t items = planes * rows * words_per_row;
-  for (int64_t i = threadIdx.x; i < items; i += blockDim.x) {
-    const int64_t w = i % words_per_row, r = (i / words_per_row) % rows, q = i / (words_per_row * rows);
-    const unsigned char* first = row0_first_byte_of_plane0 + q * plane_stride_bytes + r * row_stride_bytes;
-    const unsigned char* aligned = reinterpret_cast<const unsigned char*>(
-        reinterpret_cast<uintptr_t>(first) & ~uintptr_t(15));
-    const int64_t shift = first - aligned;
-    if (16 * w >= shift + row_bytes) continue;  // past this row's bytes
-    const unsigned char* g = aligned + 16 * w;
-    unsigned char* s = smem + (q * rows + r) * pitch + 16 * w;
-    if (g >= begin && g + 16 <= end) {
-      *reinterpret_cast<uint4*>(s) = __ldg(reinterpret_cast<const uint4*>(g));
-    } else {
-      for (int k = 0; k < 16; ++k) {
-        if (g + k >= begin && g + k < end) s[k] = g[k];
-      }
-    }
-  }
-}
-
-// One input image: contiguous NCHW (planes of H x W) or NHWC (rows of W x C).
-struct ImageDesc {
-  const unsigned char* data;
-  int64_t H, W;
-};
-
-struct ForwardParams {
-  const ImageDesc* images;    // a list input: one per image, in device memory; nullptr for a batch
-  const unsigned char* base;  // a batch tensor: image b starts at base + b * C * H * W elements
-  int64_t B, C, H, W, OH, OW;
-  bool in_channels_last, out_channels_last;
-  int64_t interp, border;
-  BorderValues bv;
-  OutputTransform ot;
-};
-
-__device__ __forceinline__ int64_t image_offset(bool channels_last, int64_t C, int64_t H, int64_t W, int64_t c,
-                                                int64_t y, int64_t x) {
-  return channels_last ? (y * W + x) * C + c : (c * H + y) * W + x;
-}
-
-template <typename in_t, typename out_t>
-__global__ void __launch_bounds__(kThreads)
-    warp_forward_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats,
-                        int64_t tiles_x, int64_t tiles_per_image) {
-  using acc_t = acc_type<in_t>;
-  constexpr int64_t es = sizeof(in_t);
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int64_t C = p.C;
-  const bool cl = p.in_channels_last;
-  const int64_t c_inner = cl ? C : 1;  // channels interleaved in a staged row
-  const int64_t planes = cl ? 1 : C;
-
-  for (int64_t b = blockIdx.y; b < p.B; b += gridDim.y) {
-    const ImageDesc im = p.images ? p.images[b] : ImageDesc{p.base + b * C * p.H * p.W * es, p.H, p.W};
-    const int64_t H = im.H, W = im.W;
-    const in_t* src = reinterpret_cast<const in_t*>(im.data);
-    const unsigned char* begin = im.data;
-    const unsigned char* end = begin + C * H * W * es;
-    const double* M = mats + b * 6;
-    for (int64_t tile = blockIdx.x; tile < tiles_per_image; tile += gridDim.x) {
-      const int64_t tx0 = (tile % tiles_x) * kTileW, ty0 = (tile / tiles_x) * kTileH;
-      const int64_t tx1 = min(tx0 + kTileW, p.OW) - 1, ty1 = min(ty0 + kTileH, p.OH) - 1;
-
-      // This thread's pixels: column tx0 + lane, rows ty0 + row + 8k.
-      const int64_t x = tx0 + threadIdx.x % kTileW;
-      Taps<acc_t> taps[kPixelsPerThread];
-      bool active[kPixelsPerThread];
-      int64_t ys[kPixelsPerThread];
-#pragma unroll
-      for (int k = 0; k < kPixelsPerThread; ++k) {
-        ys[k] = ty0 + threadIdx.x / kTileW + kRowsPerPass * k;
-        active[k] = x <= tx1 && ys[k] <= ty1;
-        taps[k] = make_taps(source_coord(M[0], row_term(M[1], M[2], ys[k]), x, acc_t()),
-                            source_coord(M[3], row_term(M[4], M[5], ys[k]), x, acc_t()), p.interp);
-      }
-
-      const Footprint f = tile_footprint<acc_t>(M, tx0, ty0, tx1, ty1, p.interp, H, W);
-      const int64_t rows = f.y1 - f.y0 + 1;
-      const int64_t row_bytes = (f.x1 - f.x0 + 1) * c_inner * es;
-      const int64_t pitch = (row_bytes + 15 + 15) / 16 * 16;
-      const int64_t planes_per_pass = f.usable ? min(planes, kSmemBytes / (pitch * rows)) : 0;
-      const bool staged = planes_per_pass > 0;
-      const int64_t step = staged ? planes_per_pass : planes;
-
-      for (int64_t p0 = 0; p0 < planes; p0 += step) {
-        const int64_t np = min(step, planes - p0);
-        // Byte address of pixel (f.x0, f.y0) of plane p0 (NCHW) or of the image (NHWC).
-        const unsigned char* corner = begin + image_offset(cl, C, H, W, cl ? 0 : p0, f.y0, f.x0) * es;
-        if (staged) {
-          stage_planes(smem, corner, H * W * es, W * c_inner * es, rows, pitch, np, row_bytes, begin, end);
-          __syncthreads();
-        }
-        // Output channels whose source channel lies in this pass.
-        for (int64_t c = 0; c < C; ++c) {
-          const int64_t cs = p.ot.source_channel(c, C);
-          if (!cl && (cs < p0 || cs >= p0 + np)) continue;
-          const in_t* plane = src + image_offset(cl, C, H, W, cs, 0, 0);
-          const int64_t q = cl ? 0 : cs - p0;  // staged plane
-          auto fetch = [&](int64_t ix, int64_t iy) -> acc_t {
-            if (staged && ix >= f.x0 && ix <= f.x1 && iy >= f.y0 && iy <= f.y1) {
-              const unsigned char* first = corner + q * H * W * es + (iy - f.y0) * W * c_inner * es;
-              const int64_t shift = reinterpret_cast<uintptr_t>(first) & 15;
-              const unsigned char* s = smem + (q * rows + (iy - f.y0)) * pitch + shift +
-                                       ((ix - f.x0) * c_inner + (cl ? cs : 0)) * es;
-              return static_cast<acc_t>(*reinterpret_cast<const in_t*>(s));
-            }
-            return static_cast<acc_t>(plane[(iy * W + ix) * c_inner]);
-          };
-          const acc_t bval = static_cast<acc_t>(Store<in_t, double>::cast(p.bv[cs]));
-#pragma unroll
-          for (int k = 0; k < kPixelsPerThread; ++k) {
-            if (!active[k]) continue;
-            const acc_t v = sample(taps[k], H, W, p.border, bval, fetch);
-            const int64_t o = b * C * p.OH * p.OW + image_offset(p.out_channels_last, C, p.OH, p.OW, c, ys[k], x);
-            out[o] = Store<out_t, acc_t>::cast(p.ot.apply(v, c));
-          }
-        }
-        if (staged) __syncthreads();  // the next pass or tile overwrites shared memory
-      }
-    }
-  }
-}
-
-template <typename in_t, typename out_t>
-void launch_forward(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
-  const int64_t tiles_x = (p.OW + kTileW - 1) / kTileW;
-  const int64_t tiles = tiles_x * ((p.OH + kTileH - 1) / kTileH);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles, 1 << 30)),
-                  static_cast<unsigned>(std::min<int64_t>(p.B, 65535)));
-  warp_forward_kernel<in_t, out_t><<<grid, kThreads, kSmemBytes, current_stream()>>>(
-      p, out.data_ptr<out_t>(), mat.data_ptr<double>(), tiles_x, tiles);
-  ORBBEC_LAUNCH_CHECK();
-}
-
-template <typename in_t>
-void launch_fused(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
-  switch (out.scalar_type()) {
-    case at::kFloat: launch_forward<in_t, float>(p, out, mat); break;
-    case at::kHalf: launch_forward<in_t, at::Half>(p, out, mat); break;
-    case at::kBFloat16: launch_forward<in_t, at::BFloat16>(p, out, mat); break;
-    case at::kByte: launch_forward<in_t, uint8_t>(p, out, mat); break;
-    default: TORCH_INTERNAL_ASSERT(false, "out_dtype was checked");
-  }
+// The forward kernel's tap offsets inside one input image are 32-bit.
+void check_image_elements(int64_t elements, const char* name) {
+  ORBBEC_CHECK_VALUE(elements < (int64_t(1) << 31), "orbbec: each image of '", name,
+                     "' must hold fewer than 2^31 elements on CUDA, got ", elements);
 }
 
 ForwardParams batch_params(const at::Tensor& in, const at::Tensor& out, bool out_channels_last,
                            int64_t interpolation, int64_t border_mode, const BorderValues& bv,
                            const OutputTransform& ot) {
-  return {nullptr, static_cast<const unsigned char*>(in.data_ptr()), in.size(0), in.size(1), in.size(2), in.size(3),
+  return {nullptr, static_cast<const unsigned char*>(in.data_ptr()), in.size(1) * in.size(2) * in.size(3) * in.element_size(),
+          in.size(0), in.size(1), in.size(2), in.size(3),
           out.size(2), out.size(3), output_format(in) == at::MemoryFormat::ChannelsLast, out_channels_last,
           interpolation, border_mode, bv, ot};
 }
@@ -238,10 +55,11 @@ at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix,
   at::Tensor out = at::empty({src.size(0), src.size(1), out_h, out_w}, src.options().memory_format(fmt));
   if (out.numel() == 0) return out;
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  check_image_elements(src.size(1) * src.size(2) * src.size(3), "src");
   const ForwardParams p = batch_params(in, out, fmt == at::MemoryFormat::ChannelsLast, interpolation, border_mode,
                                        bv, OutputTransform{});
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
-    launch_forward<scalar_t, scalar_t>(p, out, mat);
+    launch_fused<scalar_t>(p, out, mat);
   });
   return out;
 }
@@ -258,6 +76,7 @@ at::Tensor warp_affine_fused_cuda(const at::Tensor& src, const at::Tensor& inv_m
   at::Tensor out = make_fused_output(src.size(0), src.size(1), out_h, out_w, out_dtype, channels_last_out, src.device());
   if (out.numel() == 0) return out;
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  check_image_elements(src.size(1) * src.size(2) * src.size(3), "src");
   const ForwardParams p = batch_params(in, out, channels_last_out, interpolation, border_mode, bv, ot);
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_fused_cuda", [&] {
     launch_fused<scalar_t>(p, out, mat);
@@ -281,12 +100,13 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   at::Tensor table = at::empty({B * int64_t(sizeof(ImageDesc))}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
   auto* descs = reinterpret_cast<ImageDesc*>(table.data_ptr());
   for (int64_t b = 0; b < B; ++b) {
+    check_image_elements(contiguous[b].numel(), "src");
     descs[b] = {static_cast<const unsigned char*>(contiguous[b].data_ptr()), contiguous[b].size(0), contiguous[b].size(1)};
   }
   const at::Tensor table_dev = table.to(images[0].device(), /*non_blocking=*/true);
   at::Tensor out = make_fused_output(B, C, out_h, out_w, out_dtype, channels_last_out, images[0].device());
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  ForwardParams p{reinterpret_cast<const ImageDesc*>(table_dev.data_ptr()), nullptr, B, C, 0, 0, out_h, out_w,
+  ForwardParams p{reinterpret_cast<const ImageDesc*>(table_dev.data_ptr()), nullptr, 0, B, C, 0, 0, out_h, out_w,
                   /*in_channels_last=*/true, channels_last_out, interpolation, border_mode, bv, ot};
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, images[0].scalar_type(), "warp_affine_list_cuda", [&] {
     launch_fused<scalar_t>(p, out, mat);
