@@ -348,10 +348,13 @@ def _forward_backward(x, rois, grad_out, *args):
 # (map shape, roi count, output size, sampling ratio): fixed grids, and adaptive ones with few rois,
 # pool straight from NCHW; many rois with adaptive grids convert it to channels_last; C % 4 != 0
 # uses scalar loads; large grids take the kernels' untabulated paths and several rounds of the
-# deterministic kernel's lists.
+# deterministic kernel's lists. Fixed grids of 1, 2 and 4 samples a side take the NCHW kernel with
+# one lane per sample column (partial channel chunks: C = 20 and 12), 3 the shared-table one.
 CUDA_CASES = [
     ((2, 16, 40, 48), 3, (3, 4), 2),
     ((2, 16, 12, 14), 150, (7, 7), 2),
+    ((2, 20, 16, 18), 30, (5, 3), 4),
+    ((1, 12, 10, 12), 20, (2, 5), 1),
     ((2, 6, 12, 14), 150, (3, 3), 0),
     ((1, 130, 20, 22), 40, (2, 3), 0),
     ((1, 8, 150, 140), 4, (2, 2), 0),

@@ -39,6 +39,27 @@ def test_invert_affine_matches_cv2(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_invert_affine_op_equals_the_differentiable_formula(device):
+    # Without grad the one-kernel op runs; with grad the torch formula. Same bits, also for singular,
+    # huge and non-finite matrices, and for any batch shape.
+    rng = np.random.default_rng(5)
+    mats = np.stack([random_matrix(rng, (100, 120), (80, 90)) for _ in range(13)]
+                    + [np.zeros((2, 3)), np.full((2, 3), np.nan), [[1e300, 2, 3], [4, 1e-300, 6]],
+                       [[np.inf, 0, 1], [0, 1, 2]], [[2, 4, 1], [1, 2, 5]]])
+    M = torch.from_numpy(mats).to(device).reshape(3, 6, 2, 3)
+    fast = invert_affine(M)
+    with torch.enable_grad():
+        slow = invert_affine(M.clone().requires_grad_()).detach()
+    assert fast.shape == M.shape and fast.dtype == torch.float64
+    assert torch.equal(fast.isnan(), slow.isnan())
+    assert torch.equal(torch.nan_to_num(fast), torch.nan_to_num(slow))
+    with pytest.raises(TypeError, match="matrix"):
+        torch.ops.orbbec.invert_affine(M.reshape(-1, 2, 3).float())
+    with pytest.raises(ValueError, match="matrix"):
+        torch.ops.orbbec.invert_affine(M.reshape(-1, 6))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_estimate_affine_is_least_squares(device):
     rng = np.random.default_rng(2)
     src = rng.uniform(0, 112, (8, 5, 2))

@@ -37,6 +37,9 @@ def invert_affine(M: torch.Tensor) -> torch.Tensor:
     if not isinstance(M, torch.Tensor) or M.dim() < 2 or tuple(M.shape[-2:]) != (2, 3):
         raise ValueError("orbbec: 'M' must be a tensor of shape [..., 2, 3]")
     M = M.to(torch.float64)
+    if not (M.requires_grad and torch.is_grad_enabled()):
+        # One kernel (the same arithmetic, bit for bit); the formula below keeps autograd.
+        return torch.ops.orbbec.invert_affine(M.reshape(-1, 2, 3)).reshape(M.shape)
     a, b, c = M[..., 0, 0], M[..., 0, 1], M[..., 0, 2]
     d, e, f = M[..., 1, 0], M[..., 1, 1], M[..., 1, 2]
     det = a * e - b * d

@@ -37,6 +37,11 @@ def _warp_affine_list_fake(images, inv_matrix, out_h, out_w, interpolation, bord
     return _fused_output(len(images), images[0].shape[2], out_h, out_w, out_dtype, channels_last_out, images[0])
 
 
+@torch.library.register_fake("orbbec::invert_affine")
+def _invert_affine_fake(matrix):
+    return torch.empty_like(matrix, memory_format=torch.contiguous_format)
+
+
 @torch.library.register_fake("orbbec::warp_affine_backward")
 def _warp_affine_backward_fake(grad_out, src, inv_matrix, interpolation, border_mode, border_value,
                                need_src_grad, need_matrix_grad):

@@ -128,6 +128,13 @@ at::MemoryFormat output_format(const at::Tensor& src) {
   return at::MemoryFormat::Contiguous;
 }
 
+void check_invert_args(const at::Tensor& matrix) {
+  ORBBEC_CHECK_VALUE(matrix.dim() == 3 && matrix.size(1) == 2 && matrix.size(2) == 3,
+                     "orbbec: 'matrix' must have shape [N, 2, 3], got ", matrix.sizes());
+  ORBBEC_CHECK_TYPE(matrix.scalar_type() == at::kDouble, "orbbec: 'matrix' must be float64, got ",
+                    matrix.scalar_type());
+}
+
 }  // namespace warpaffine
 }  // namespace orbbec
 
@@ -144,6 +151,8 @@ TORCH_LIBRARY_FRAGMENT(orbbec, m) {
   m.def("warp_affine_list(Tensor[] images, Tensor inv_matrix, int out_h, int out_w, int interpolation, "
         "int border_mode, float[] border_value, ScalarType out_dtype, float[] mean, float[] std, float scale, "
         "bool reverse_channels, bool channels_last_out) -> Tensor");
+  // Inverse of float64 affine matrices [N, 2, 3] in one launch (cv2.invertAffineTransform); no autograd.
+  m.def("invert_affine(Tensor matrix) -> Tensor");
   // Gradients of warp_affine with respect to src and inv_matrix (zeros where not needed).
   m.def("warp_affine_backward(Tensor grad_out, Tensor src, Tensor inv_matrix, int interpolation, "
         "int border_mode, float[] border_value, bool need_src_grad, bool need_matrix_grad) -> (Tensor, Tensor)");

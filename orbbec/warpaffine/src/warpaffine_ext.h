@@ -36,5 +36,8 @@ at::Tensor make_fused_output(int64_t B, int64_t C, int64_t out_h, int64_t out_w,
 // The memory format the output takes: channels_last when the input is, else contiguous.
 at::MemoryFormat output_format(const at::Tensor& src);
 
+// invert_affine's argument checks: matrix is float64 [N, 2, 3].
+void check_invert_args(const at::Tensor& matrix);
+
 }  // namespace warpaffine
 }  // namespace orbbec

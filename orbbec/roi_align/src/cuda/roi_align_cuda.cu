@@ -1,9 +1,12 @@
 // CUDA kernels of roi_align.
 //
 // Forward, NCHW map: one block per (chunk of channels, roi), rois fastest, so that the blocks in
-// flight share a few channel planes, which stay in L2 (forward_nchw_kernel). The roi's sample taps
-// are computed once into shared memory; a thread pools one output. Used for fixed grids of up to
-// 4x4 samples, and for adaptive grids unless the rois sample the map many times over.
+// flight share a few channel planes, which stay in L2. Fixed grids of up to 4x4 samples
+// (forward_fixed_kernel): a thread computes the taps of its samples in registers and pools them
+// for several channels; the SR sample columns of a bin go to SR lanes (SR = 1, 2, 4), whose
+// values meet by shuffles, so that a warp's loads lie along few rows of the map. 3x3 grids, and
+// adaptive ones unless the rois sample the map many times over (forward_nchw_kernel): the roi's
+// taps are computed once into shared memory; a thread pools one output.
 // Forward, channels_last map (or an NCHW one converted, the rest of the time): one block per (roi,
 // bin row), its taps in shared memory; threads run along the channels, so each tap is one
 // coalesced run of 16-byte loads (8 float16 / 4 float32 channels per thread).
@@ -134,11 +137,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-// Threads of a block that covers `items` work items in as few equal rounds of at most kMaxThreads
+// Threads of a block that covers `items` work items in as few equal rounds of at most max_threads
 // as possible, rounded up to whole warps.
-int threads_for(int64_t items) {
-  const int64_t rounds = (items + kMaxThreads - 1) / kMaxThreads;
-  return static_cast<int>(std::min<int64_t>(kMaxThreads, ((items + rounds - 1) / rounds + 31) / 32 * 32));
+int threads_for(int64_t items, int max_threads = kMaxThreads) {
+  const int64_t rounds = (items + max_threads - 1) / max_threads;
+  return static_cast<int>(std::min<int64_t>(max_threads, ((items + rounds - 1) / rounds + 31) / 32 * 32));
 }
 
 // Entries of the per-roi tap tables (prepare_roi) to reserve in dynamic shared memory: exactly what
@@ -230,6 +233,109 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// Channels one thread pools in turn, with the same taps, in forward_fixed_kernel.
+constexpr int kFixedChannels = 8;
+// Its largest block: 7 warps, so that 4 blocks of 72 registers a thread fit an SM's 64K registers.
+constexpr int kFixedThreads = 224;
+
+// input: contiguous NCHW with H * W < 2^31; a fixed grid of SR x SR samples per bin, SR = 1, 2 or 4.
+// Same block order as forward_nchw_kernel (one block per (chunk of channels, roi), rois fastest, so
+// the planes being pooled stay in L2), but built for the throughput of the L1 and of issue slots:
+//  - SR lanes per output, lane j taking sample column j of every sample row: a warp's loads then
+//    lie along about one row of bins (16 bins x 2 columns for SR = 2) rather than two to five (32
+//    bins, 7 or 14 to a row), so each load instruction touches about half as many cache lines.
+//    The lanes' values meet in the first lane by shuffles, which pools them in sample order (iy,
+//    then ix), so the sums and the max (ties: the first sample) are bit for bit those of pool_bin.
+//  - A thread computes the taps of its samples once, in registers (no shared table, no barrier),
+//    and pools kFixedChannels channels with them; the channel loop is unrolled so that a thread
+//    has 16 loads (4 samples) in flight. Registers are held to 72 so that 4 blocks share an SM
+//    (SR = 4, which keeps the weights and offsets of 4 samples across the loop, gets twice as
+//    many, lest they spill).
+//  - `groups` thread groups per block each take kFixedChannels channels, so that small bin counts
+//    (7 x 7 bins x 2 lanes) still fill most lanes of the block's warps.
+// Items t = (group, bin, column) are padded to whole warps: every lane of a warp runs the same
+// loops and reaches every shuffle; padding lanes (and channels past C) load and store nothing.
+template <typename scalar_t, bool MAX, int SR>
+__global__ void __launch_bounds__(kFixedThreads, SR == 4 ? 2 : 4)
+    forward_fixed_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ rois,
+                         scalar_t* __restrict__ out, Strides4 os, int32_t* __restrict__ argmax, int64_t K, int64_t N,
+                         int64_t C, int H, int W, Params p, int groups) {
+  static_assert(SR == 1 || SR == 2 || SR == 4, "the lanes of an output must divide a warp");
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int kUnroll = 4 / SR;  // channels in flight per thread: 4 samples, 16 loads
+  const int PW = static_cast<int>(p.pooled_w), bins = static_cast<int>(p.pooled_h * p.pooled_w);
+  const int slots = bins * SR, items = groups * slots, padded = (items + 31) / 32 * 32;
+  const int64_t HW = static_cast<int64_t>(H) * W, chunk_c = static_cast<int64_t>(groups) * kFixedChannels;
+  const int64_t chunks = (C + chunk_c - 1) / chunk_c;
+  for (int64_t blk = blockIdx.x; blk < chunks * K; blk += gridDim.x) {
+    const int64_t chunk = blk / K, k = blk - chunk * K;
+    const RoiGeom<acc_t> g = make_geom<acc_t>(rois + k * 5, N, p);
+    const bool empty = g.batch < 0;  // the same for the whole block: pools zeros, argmax -1
+    const int64_t c_begin = chunk * chunk_c;
+    const int c_len = static_cast<int>(std::min<int64_t>(chunk_c, C - c_begin));
+    // blockDim.x and padded are whole warps, so all lanes of a warp take the same trip count.
+    for (int t = threadIdx.x; t < padded; t += blockDim.x) {
+      const bool active = t < items;
+      const int tt = active ? t : 0;
+      const int grp = tt / slots, s = tt - grp * slots, bin = s / SR, col = s - bin * SR;
+      const int ph = bin / PW, pw = bin - ph * PW;
+      // Taps of this lane's samples: rows iy (as row offsets, row_tap), column col.
+      AxisTap<acc_t> ty[SR];
+#pragma unroll
+      for (int iy = 0; iy < SR; ++iy) ty[iy] = row_tap(axis_tap(sample_coord(g.start_y, g.bin_h, ph, iy, SR), H), W);
+      const AxisTap<acc_t> tx = axis_tap(sample_coord(g.start_x, g.bin_w, pw, col, SR), W);
+      const int c_first = grp * kFixedChannels;  // within the chunk
+      const scalar_t* plane = input + ((empty ? 0 : g.batch) * C + c_begin + c_first) * HW;
+      const int64_t o_first = k * os.k + (c_begin + c_first) * os.c + ph * os.h + pw * os.w;
+#pragma unroll kUnroll
+      for (int i = 0; i < kFixedChannels; ++i, plane += HW) {
+        const bool live = active && !empty && c_first + i < c_len;
+        // This lane's samples, 0 outside the map (avg: adding 0 leaves the sum's bits unchanged, as
+        // it starts at +0 and so is never -0; max: an outside sample is 0 and competes).
+        acc_t val[SR];
+#pragma unroll
+        for (int iy = 0; iy < SR; ++iy) {
+          const AxisTap<acc_t> a = ty[iy];
+          val[iy] = acc_t(0);
+          if (live && a.lo >= 0 && tx.lo >= 0) {
+            const acc_t p00 = static_cast<acc_t>(plane[a.lo + tx.lo]), p01 = static_cast<acc_t>(plane[a.lo + tx.hi]);
+            const acc_t p10 = static_cast<acc_t>(plane[a.hi + tx.lo]), p11 = static_cast<acc_t>(plane[a.hi + tx.hi]);
+            const acc_t w00 = a.wlo * tx.wlo, w01 = a.wlo * tx.whi;
+            const acc_t w10 = a.whi * tx.wlo, w11 = a.whi * tx.whi;
+            val[iy] = w00 * p00 + w01 * p01 + w10 * p10 + w11 * p11;  // pool_bin's order
+          }
+        }
+        // Pool in sample order: row iy, then column j (lane j of the output's SR lanes).
+        acc_t acc = MAX ? -static_cast<acc_t>(INFINITY) : acc_t(0);
+        int32_t arg = -1;
+        if (!empty) {  // uniform over the block, so every lane of a warp reaches the shuffles
+#pragma unroll
+          for (int iy = 0; iy < SR; ++iy) {
+#pragma unroll
+            for (int j = 0; j < SR; ++j) {
+              // Column 0 reads column j's value (the other lanes' results are not used).
+              const acc_t v = j == 0 ? val[iy] : __shfl_down_sync(0xffffffffu, val[iy], j, SR);
+              if (MAX) {
+                if (v > acc) {
+                  acc = v;
+                  arg = iy * SR + j;
+                }
+              } else {
+                acc += v;
+              }
+            }
+          }
+        }
+        if (active && col == 0 && c_first + i < c_len) {
+          const int64_t o = o_first + i * os.c;
+          out[o] = static_cast<scalar_t>(bin_value<MAX>(acc, arg, g.count));
+          if (argmax != nullptr) argmax[o] = arg;
+        }
+      }
+    }
+  }
+}
+
 // Whether to convert an NCHW map to channels_last before pooling: when the taps the rois read
 // (estimated with 2x2 samples per bin if adaptive) outnumber the map's pixels.
 bool convert_pays(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, const Params& p) {
@@ -250,9 +356,43 @@ bool pool_in_place(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, const 
   return !convert_pays(N, C, H, W, K, p);
 }
 
+template <typename scalar_t, bool MAX, int SR>
+void launch_fixed(const at::Tensor& x, const at::Tensor& rois, at::Tensor& out, int32_t* argmax, const Params& p) {
+  const int64_t K = rois.size(0), C = x.size(1), slots = p.pooled_h * p.pooled_w * SR;  // SR lanes per bin
+  // Thread groups (of kFixedChannels channels each) per block: the fewest that keep at least 7/8 of
+  // the lanes of the block's padded warps busy, up to 4 (and no more than the channels need).
+  const int64_t max_groups = std::min<int64_t>(4, (C + kFixedChannels - 1) / kFixedChannels);
+  int64_t groups = 1;
+  double best = 0;
+  for (int64_t gr = 1; gr <= max_groups; ++gr) {
+    const double eff = double(gr * slots) / double((gr * slots + 31) / 32 * 32);
+    if (eff > best + 1e-9) {
+      best = eff;
+      groups = gr;
+    }
+    if (eff >= 0.875) break;
+  }
+  const int threads = threads_for((groups * slots + 31) / 32 * 32, kFixedThreads);
+  const int64_t chunk_c = groups * kFixedChannels;
+  const int64_t blocks = (C + chunk_c - 1) / chunk_c * K;
+  forward_fixed_kernel<scalar_t, MAX, SR><<<static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 30)), threads,
+                                            0, c10::cuda::getCurrentCUDAStream()>>>(
+      x.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), strides_of(out), argmax, K,
+      x.size(0), C, static_cast<int>(x.size(2)), static_cast<int>(x.size(3)), p, static_cast<int>(groups));
+  ORBBEC_LAUNCH_CHECK();
+}
+
 template <typename scalar_t, bool MAX>
 void launch_nchw(const at::Tensor& x, const at::Tensor& rois, at::Tensor& out, int32_t* argmax, const Params& p) {
   using acc_t = at::opmath_type<scalar_t>;
+  // Fixed grids whose sample columns divide a warp; 3 x 3 (and adaptive) grids keep one thread per
+  // output with a shared tap table.
+  switch (p.sampling_ratio) {
+    case 1: return launch_fixed<scalar_t, MAX, 1>(x, rois, out, argmax, p);
+    case 2: return launch_fixed<scalar_t, MAX, 2>(x, rois, out, argmax, p);
+    case 4: return launch_fixed<scalar_t, MAX, 4>(x, rois, out, argmax, p);
+    default: break;
+  }
   const int64_t K = rois.size(0), C = x.size(1), bins = p.pooled_h * p.pooled_w;
   // Channels per block: enough bins to fill kMaxThreads threads (one round when bins < kMaxThreads).
   const int64_t chunk_c = bins >= kMaxThreads ? 1 : std::min<int64_t>(C, kMaxThreads / bins);

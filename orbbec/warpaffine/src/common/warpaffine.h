@@ -151,6 +151,18 @@ ORBBEC_HD index_t border_index(index_t p, index_t len, int64_t mode) {
   return q < len ? q : period - 1 + delta - q;
 }
 
+// Inverse of one 2 x 3 affine matrix (row-major m -> inv), as cv2.invertAffineTransform: a singular
+// matrix gives zeros. The same operations in the same order as orbbec.warpaffine.invert_affine's
+// torch formula, so the op and the formula agree bit for bit (no fma on either device).
+ORBBEC_HD void invert_affine_2x3(const double* m, double* inv) {
+  const double a = m[0], b = m[1], c = m[2], d = m[3], e = m[4], f = m[5];
+  const double det = a * e - b * d;
+  const double inv_det = det != 0 ? 1.0 / det : 0.0;
+  const double A11 = e * inv_det, A22 = a * inv_det, A12 = -b * inv_det, A21 = -d * inv_det;
+  inv[0] = A11; inv[1] = A12; inv[2] = -A11 * c - A12 * f;
+  inv[3] = A21; inv[4] = A22; inv[5] = -A21 * c - A22 * f;
+}
+
 // Saturating conversion of the interpolated value to the image type (cv::saturate_cast).
 template <typename scalar_t, typename acc_t>
 struct Store {

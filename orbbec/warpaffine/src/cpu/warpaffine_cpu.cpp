@@ -496,11 +496,22 @@ std::tuple<at::Tensor, at::Tensor> warp_affine_backward_cpu(const at::Tensor& gr
           grad_mat.to(inv_matrix.scalar_type())};
 }
 
+at::Tensor invert_affine_cpu(const at::Tensor& matrix) {
+  check_invert_args(matrix);
+  const at::Tensor m = matrix.contiguous();
+  at::Tensor out = at::empty_like(m);
+  const double* in = m.data_ptr<double>();
+  double* o = out.data_ptr<double>();
+  for (int64_t i = 0; i < m.size(0); ++i) invert_affine_2x3(in + 6 * i, o + 6 * i);
+  return out;
+}
+
 }  // namespace
 }  // namespace warpaffine
 }  // namespace orbbec
 
 TORCH_LIBRARY_IMPL(orbbec, CPU, m) {
+  m.impl("invert_affine", &orbbec::warpaffine::invert_affine_cpu);
   m.impl("warp_affine", &orbbec::warpaffine::warp_affine_cpu);
   m.impl("warp_affine_backward", &orbbec::warpaffine::warp_affine_backward_cpu);
   m.impl("warp_affine_fused", &orbbec::warpaffine::warp_affine_fused_cpu);
