@@ -179,6 +179,42 @@ def test_any_channel_count(device):
         assert torch.equal(out[:, c:c + 1], one)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_unaligned_hwc_images(device, offset):
+    # HWC images that start at any byte (views into a larger buffer): the CUDA 3-channel kernel
+    # reads tap rows as aligned 32-bit words.
+    imgs, mats = _batch(23, (61, 77), (40, 52), n=3)
+    flat = torch.from_numpy(np.concatenate([np.zeros(offset, np.uint8), np.stack(imgs).ravel(), np.zeros(5, np.uint8)]))
+    view = flat.to(device)[offset:offset + np.stack(imgs).size].view(3, 61, 77, 3)
+    assert view.storage_offset() == offset
+    M = torch.from_numpy(mats).to(device)
+    for border in ("constant", "reflect101"):
+        ref = _cv2_batch(imgs, mats, (40, 52), "bilinear", border)
+        out = warp_affine(view.permute(0, 3, 1, 2), M, (52, 40), border_mode=border)
+        assert np.array_equal(out.permute(0, 2, 3, 1).cpu().numpy(), warp_affine(
+            _to_nchw(imgs, device).contiguous(memory_format=torch.channels_last), M, (52, 40),
+            border_mode=border).permute(0, 2, 3, 1).cpu().numpy())
+        assert np.abs(out.permute(0, 2, 3, 1).cpu().numpy().astype(int) - ref).max() <= 1
+        listed = warp_affine([view[i] for i in range(3)], M, (52, 40), border_mode=border)
+        assert torch.equal(listed, out.contiguous())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("hw", [(1, 1), (1, 9), (9, 1), (2, 2)])
+@pytest.mark.parametrize("border", BORDERS)
+def test_tiny_3_channel_images(device, hw, border):
+    # every output pixel has a tap outside such images: only the border-aware path runs
+    rng = np.random.default_rng(hw[0] * 10 + hw[1])
+    img = np.ascontiguousarray(sample_photos((9, 9))[0][: hw[0], : hw[1]])
+    mats = np.stack([random_matrix(rng, hw, (7, 6)) for _ in range(2)])
+    ref = _cv2_batch([img, img], mats, (7, 6), "bilinear", border, (5, 6, 7))
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        src = _to_nchw([img, img], device).contiguous(memory_format=fmt)
+        out = warp_affine(src, torch.from_numpy(mats).to(device), (6, 7), border_mode=border, border_value=(5, 6, 7))
+        assert np.abs(out.permute(0, 2, 3, 1).cpu().numpy().astype(int) - ref).max() <= 1
+
+
 @requires_cuda
 @pytest.mark.parametrize("interp", INTERPS)
 @pytest.mark.parametrize("border", BORDERS)

@@ -115,11 +115,13 @@ def batch_size_plot(path, reps):
     sizes = [16, 64, 256, 1024, 4096]
     _, (H, W), (OH, OW) = WARP_WORKLOADS["face"]
     base = photos_bgr(4, (H, W))
-    curves = {"orbbec": [], "affine_grid + grid_sample": []}
+    curves = {"orbbec NCHW": [], "orbbec NHWC": [], "affine_grid + grid_sample": []}
     for n in sizes:
         x = torch.from_numpy(np.stack([base[i % 4] for i in range(n)])).permute(0, 3, 1, 2).contiguous().cuda()
+        xc = x.contiguous(memory_format=torch.channels_last)
         inv = invert_affine(torch.from_numpy(forward_matrices(n, (H, W), (OH, OW))).cuda())
-        curves["orbbec"].append(n / cuda_time_ms(lambda: warp_affine(x, inv, (OW, OH), inverse_map=True), reps) * 1e3)
+        curves["orbbec NCHW"].append(n / cuda_time_ms(lambda: warp_affine(x, inv, (OW, OH), inverse_map=True), reps) * 1e3)
+        curves["orbbec NHWC"].append(n / cuda_time_ms(lambda: warp_affine(xc, inv, (OW, OH), inverse_map=True), reps) * 1e3)
         curves["affine_grid + grid_sample"].append(n / cuda_time_ms(lambda: grid_sample_warp(x, inv, OH, OW), reps) * 1e3)
     plt.figure(figsize=(6, 4))
     for label, ys in curves.items():

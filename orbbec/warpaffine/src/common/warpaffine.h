@@ -107,9 +107,14 @@ struct OutputTransform {
 // float and an integer below 2^24 is exact in double, so one double add rounded to float gives the
 // fma's single rounding, on hosts without an fma instruction as well.
 // x and y arrive as doubles (exact for any pixel index): converting a 64-bit integer is slow on GPUs.
+// source_coord_rounded takes m0 and row_term already rounded to float (and held as doubles), so
+// that a pixel loop can hoist the roundings.
+ORBBEC_HD float source_coord_rounded(double m0_f, double row_term_f, double x) {
+  return static_cast<float>(add_rn(mul_rn(m0_f, x), row_term_f));
+}
+ORBBEC_HD double round_to_float(double v) { return static_cast<double>(static_cast<float>(v)); }
 ORBBEC_HD float source_coord(double m0, double row_term, double x, float) {
-  const double prod = static_cast<double>(static_cast<float>(m0)) * x;
-  return static_cast<float>(add_rn(prod, static_cast<double>(static_cast<float>(row_term))));
+  return source_coord_rounded(round_to_float(m0), round_to_float(row_term), x);
 }
 ORBBEC_HD double source_coord(double m0, double row_term, double x, double) {
   return add_rn(mul_rn(m0, x), row_term);
@@ -217,7 +222,7 @@ ORBBEC_HD void cubic_weight_derivs(acc_t t, acc_t d[4]) {
 // holds where to read and how much each read counts.
 template <typename acc_t>
 struct Taps {
-  int64_t x0, y0;   // first tap
+  int32_t x0, y0;   // first tap (|x0|, |y0| <= 2^30 + 1: coordinates pass coord_ok)
   int n;            // taps per axis: 1 nearest, 2 bilinear, 4 bicubic
   acc_t fx, fy;     // fractional position (bilinear, bicubic)
   bool valid;       // false: non-finite or far-away coordinate, the pixel is the border value
@@ -256,28 +261,27 @@ ORBBEC_HD acc_t blend_bilinear(acc_t p00, acc_t p01, acc_t p10, acc_t p11, acc_t
 }
 
 // Value of one channel at `taps`. Fetch(ix, iy) returns the channel's value at an in-image tap;
-// taps outside the image follow the border mode.
-template <typename acc_t, typename Fetch>
-ORBBEC_HD acc_t sample(const Taps<acc_t>& t, int64_t H, int64_t W, int64_t border_mode,
+// taps outside the image follow the border mode. index_t: the CUDA forward kernel's inline path
+// works in 32 bits (64-bit index arithmetic cost it registers), the rest in 64.
+template <typename index_t, typename acc_t, typename Fetch>
+ORBBEC_HD acc_t sample(const Taps<acc_t>& t, index_t H, index_t W, int64_t border_mode,
                        acc_t border_value, const Fetch& fetch) {
   if (!t.valid) return border_value;
-  auto at = [&](int64_t ix, int64_t iy) -> acc_t {
+  auto at = [&](index_t ix, index_t iy) -> acc_t {
     if (ix >= 0 && ix < W && iy >= 0 && iy < H) return fetch(ix, iy);
     if (border_mode == kConstant) return border_value;
     return fetch(border_index(ix, W, border_mode), border_index(iy, H, border_mode));
   };
-  if (t.n == 1) return at(t.x0, t.y0);
-  if (t.n == 2) {
-    return blend_bilinear(at(t.x0, t.y0), at(t.x0 + 1, t.y0), at(t.x0, t.y0 + 1),
-                          at(t.x0 + 1, t.y0 + 1), t.fx, t.fy);
-  }
+  const index_t x0 = static_cast<index_t>(t.x0), y0 = static_cast<index_t>(t.y0);
+  if (t.n == 1) return at(x0, y0);
+  if (t.n == 2) return blend_bilinear(at(x0, y0), at(x0 + 1, y0), at(x0, y0 + 1), at(x0 + 1, y0 + 1), t.fx, t.fy);
   acc_t wx[4], wy[4];
   cubic_weights(t.fx, wx);
   cubic_weights(t.fy, wy);
   acc_t sum = acc_t(0);
   for (int j = 0; j < 4; ++j) {
     acc_t row = acc_t(0);
-    for (int i = 0; i < 4; ++i) row = add_rn(row, mul_rn(wx[i], at(t.x0 + i, t.y0 + j)));
+    for (int i = 0; i < 4; ++i) row = add_rn(row, mul_rn(wx[i], at(x0 + i, y0 + j)));
     sum = add_rn(sum, mul_rn(wy[j], row));
   }
   return sum;

@@ -29,10 +29,12 @@ __device__ __forceinline__ int64_t element_offset(const Layout& L, int64_t b, in
   return L.channels_last ? ((b * H + y) * W + x) * L.C + c : ((b * L.C + c) * H + y) * W + x;
 }
 
-// The forward kernel's tap offsets inside one input image are 32-bit.
-void check_image_elements(int64_t elements, const char* name) {
-  ORBBEC_CHECK_VALUE(elements < (int64_t(1) << 31), "orbbec: each image of '", name,
-                     "' must hold fewer than 2^31 elements on CUDA, got ", elements);
+// The forward kernel's tap offsets and border arithmetic inside one input image are 32-bit.
+void check_image_size(int64_t C, int64_t H, int64_t W, const char* name) {
+  ORBBEC_CHECK_VALUE(C * H * W < (int64_t(1) << 31), "orbbec: each image of '", name,
+                     "' must hold fewer than 2^31 elements on CUDA, got ", C * H * W);
+  ORBBEC_CHECK_VALUE(H <= (int64_t(1) << 30) && W <= (int64_t(1) << 30), "orbbec: the height and width of '",
+                     name, "' must be at most 2^30 on CUDA, got ", H, " x ", W);
 }
 
 ForwardParams batch_params(const at::Tensor& in, const at::Tensor& out, bool out_channels_last,
@@ -70,13 +72,13 @@ at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix,
                             at::ArrayRef<double> border_value) {
   const BorderValues bv =
       check_forward_args(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
+  check_image_size(src.size(1), src.size(2), src.size(3), "src");
   c10::cuda::CUDAGuard guard(src.device());
   const at::MemoryFormat fmt = output_format(src);
   const at::Tensor in = src.contiguous(fmt);  // a copy only for layouts other than NCHW / NHWC
   at::Tensor out = at::empty({src.size(0), src.size(1), out_h, out_w}, src.options().memory_format(fmt));
   if (out.numel() == 0) return out;
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  check_image_elements(src.size(1) * src.size(2) * src.size(3), "src");
   const ForwardParams p = batch_params(in, out, fmt == at::MemoryFormat::ChannelsLast, interpolation, border_mode,
                                        bv, OutputTransform{});
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
@@ -92,12 +94,12 @@ at::Tensor warp_affine_fused_cuda(const at::Tensor& src, const at::Tensor& inv_m
   const BorderValues bv =
       check_forward_args(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   const OutputTransform ot = check_output_args(src.size(1), out_dtype, mean, std, scale, reverse_channels);
+  check_image_size(src.size(1), src.size(2), src.size(3), "src");
   c10::cuda::CUDAGuard guard(src.device());
   const at::Tensor in = src.contiguous(output_format(src));
   at::Tensor out = make_fused_output(src.size(0), src.size(1), out_h, out_w, out_dtype, channels_last_out, src.device());
   if (out.numel() == 0) return out;
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  check_image_elements(src.size(1) * src.size(2) * src.size(3), "src");
   const ForwardParams p = batch_params(in, out, channels_last_out, interpolation, border_mode, bv, ot);
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_fused_cuda", [&] {
     launch_fused<scalar_t>(p, out, mat);
@@ -114,6 +116,7 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   const BorderValues bv = check_list_args(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   const int64_t B = static_cast<int64_t>(images.size()), C = images[0].size(2);
   const OutputTransform ot = check_output_args(C, out_dtype, mean, std, scale, reverse_channels);
+  for (const at::Tensor& im : images) check_image_size(im.size(2), im.size(0), im.size(1), "images");
   c10::cuda::CUDAGuard guard(images[0].device());
   std::vector<at::Tensor> contiguous;
   contiguous.reserve(images.size());
@@ -121,7 +124,6 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   at::Tensor table = at::empty({B * int64_t(sizeof(ImageDesc))}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
   auto* descs = reinterpret_cast<ImageDesc*>(table.data_ptr());
   for (int64_t b = 0; b < B; ++b) {
-    check_image_elements(contiguous[b].numel(), "src");
     descs[b] = {static_cast<const unsigned char*>(contiguous[b].data_ptr()), contiguous[b].size(0), contiguous[b].size(1)};
   }
   const at::Tensor table_dev = table.to(images[0].device(), /*non_blocking=*/true);
