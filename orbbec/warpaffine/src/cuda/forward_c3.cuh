@@ -94,12 +94,15 @@ __global__ void __launch_bounds__(kThreads, 5)
       }
       for (int k = 0; edge; ++k, edge >>= 1) {
         if (!(edge & 1u)) continue;
+        // taps from the matrix again: keeping the loop's coordinates alive for this loop cost spills
+        const Taps<float> t = taps_from_matrix<float>(M, x0 + kPatchW * k, y, kBilinear);
 #pragma unroll
         for (int c = 0; c < 3; ++c) {
           const int cs = reverse ? 2 - c : c;
           const float bval = static_cast<float>(Store<uint8_t, double>::cast(p.bv[cs]));
-          const float v = sample_edge<kBilinear>(M, x0 + kPatchW * k, y, src + cs * sc, sx, sy, H, W, p.border, bval);
-          o[k * o_step + c * o_c] = Store<out_t, float>::cast(p.ot.apply(v, c));
+          const uint8_t* plane = src + cs * sc;
+          auto fetch = [&](int ix, int iy) -> float { return load_acc<float>(plane + iy * sy + ix * sx); };
+          o[k * o_step + c * o_c] = Store<out_t, float>::cast(p.ot.apply(sample<int>(t, H, W, p.border, bval, fetch), c));
         }
       }
     }

@@ -79,12 +79,15 @@ __device__ __forceinline__ acc_t bilinear_inner(const in_t* q, int dx, int dy, a
 // holds fewer than 2^31 elements and sides of at most 2^30). Bicubic and the runtime
 // interpolation of non-uint8 images go out of line in 64 bits: inlined, their arithmetic raised
 // the kernel's registers for every pixel.
+template <typename acc_t>
+__device__ __forceinline__ Taps<acc_t> taps_from_matrix(const double* M, double x, double y, int64_t interp) {
+  return make_taps(source_coord(__ldg(M), row_term(__ldg(M + 1), __ldg(M + 2), y), x, acc_t()),
+                   source_coord(__ldg(M + 3), row_term(__ldg(M + 4), __ldg(M + 5), y), x, acc_t()), interp);
+}
 template <int kInterp, typename in_t, typename acc_t>
 __device__ __forceinline__ acc_t sample_edge(const double* M, int x, int y, const in_t* plane, int sx, int sy,
                                              int H, int W, int64_t border, acc_t bval) {
-  const Taps<acc_t> t = make_taps(source_coord(__ldg(M), row_term(__ldg(M + 1), __ldg(M + 2), y), x, acc_t()),
-                                  source_coord(__ldg(M + 3), row_term(__ldg(M + 4), __ldg(M + 5), y), x, acc_t()),
-                                  kInterp);
+  const Taps<acc_t> t = taps_from_matrix<acc_t>(M, x, y, kInterp);
   auto fetch = [&](int ix, int iy) -> acc_t { return load_acc<acc_t>(plane + iy * sy + ix * sx); };
   return sample<int>(t, H, W, border, bval, fetch);
 }
@@ -92,9 +95,7 @@ template <typename in_t, typename acc_t>
 __device__ __noinline__ acc_t sample_general(const double* M, int64_t x, int64_t y, int64_t interp,
                                              const in_t* plane, int64_t sx, int64_t sy, int64_t H, int64_t W,
                                              int64_t border, acc_t bval) {
-  const Taps<acc_t> t = make_taps(source_coord(__ldg(M), row_term(__ldg(M + 1), __ldg(M + 2), y), x, acc_t()),
-                                  source_coord(__ldg(M + 3), row_term(__ldg(M + 4), __ldg(M + 5), y), x, acc_t()),
-                                  interp);
+  const Taps<acc_t> t = taps_from_matrix<acc_t>(M, static_cast<double>(x), static_cast<double>(y), interp);
   auto fetch = [&](int64_t ix, int64_t iy) -> acc_t { return static_cast<acc_t>(ro_load(plane + iy * sy + ix * sx)); };
   return sample<int64_t>(t, H, W, border, bval, fetch);
 }
