@@ -81,11 +81,7 @@ __global__ void __launch_bounds__(kThreads, 5)
           for (int c = 0; c < 3; ++c) v[c] = blend_bilinear(r0[c], r0[c + 3], r1[c], r1[c + 3], t.fx, t.fy);
         } else {
 #pragma unroll
-          for (int c = 0; c < 3; ++c) {
-            const uint8_t* r = q + c * sc;
-            v[c] = blend_bilinear(load_acc<float>(r), load_acc<float>(r + 1), load_acc<float>(r + sy),
-                                  load_acc<float>(r + sy + 1), t.fx, t.fy);
-          }
+          for (int c = 0; c < 3; ++c) v[c] = bilinear_inner(q + c * sc, sx, sy, t.fx, t.fy);
         }
 #pragma unroll
         for (int c = 0; c < 3; ++c) {
@@ -100,9 +96,8 @@ __global__ void __launch_bounds__(kThreads, 5)
         for (int c = 0; c < 3; ++c) {
           const int cs = reverse ? 2 - c : c;
           const float bval = static_cast<float>(Store<uint8_t, double>::cast(p.bv[cs]));
-          const uint8_t* plane = src + cs * sc;
-          auto fetch = [&](int ix, int iy) -> float { return load_acc<float>(plane + iy * sy + ix * sx); };
-          o[k * o_step + c * o_c] = Store<out_t, float>::cast(p.ot.apply(sample<int>(t, H, W, p.border, bval, fetch), c));
+          const float v = sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, bval);
+          o[k * o_step + c * o_c] = Store<out_t, float>::cast(p.ot.apply(v, c));
         }
       }
     }

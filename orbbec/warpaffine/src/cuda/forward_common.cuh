@@ -84,12 +84,17 @@ __device__ __forceinline__ Taps<acc_t> taps_from_matrix(const double* M, double 
   return make_taps(source_coord(__ldg(M), row_term(__ldg(M + 1), __ldg(M + 2), y), x, acc_t()),
                    source_coord(__ldg(M + 3), row_term(__ldg(M + 4), __ldg(M + 5), y), x, acc_t()), interp);
 }
+// One channel plane's value at taps t, border-aware, in 32-bit indices.
+template <typename in_t, typename acc_t>
+__device__ __forceinline__ acc_t sample_plane(const Taps<acc_t>& t, const in_t* plane, int sx, int sy, int H, int W,
+                                              int64_t border, acc_t bval) {
+  auto fetch = [&](int ix, int iy) -> acc_t { return load_acc<acc_t>(plane + iy * sy + ix * sx); };
+  return sample<int>(t, H, W, border, bval, fetch);
+}
 template <int kInterp, typename in_t, typename acc_t>
 __device__ __forceinline__ acc_t sample_edge(const double* M, int x, int y, const in_t* plane, int sx, int sy,
                                              int H, int W, int64_t border, acc_t bval) {
-  const Taps<acc_t> t = taps_from_matrix<acc_t>(M, x, y, kInterp);
-  auto fetch = [&](int ix, int iy) -> acc_t { return load_acc<acc_t>(plane + iy * sy + ix * sx); };
-  return sample<int>(t, H, W, border, bval, fetch);
+  return sample_plane(taps_from_matrix<acc_t>(M, x, y, kInterp), plane, sx, sy, H, W, border, bval);
 }
 template <typename in_t, typename acc_t>
 __device__ __noinline__ acc_t sample_general(const double* M, int64_t x, int64_t y, int64_t interp,

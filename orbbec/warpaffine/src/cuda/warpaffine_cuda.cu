@@ -37,13 +37,22 @@ void check_image_size(int64_t C, int64_t H, int64_t W, const char* name) {
                      name, "' must be at most 2^30 on CUDA, got ", H, " x ", W);
 }
 
-ForwardParams batch_params(const at::Tensor& in, const at::Tensor& out, bool out_channels_last,
-                           int64_t interpolation, int64_t border_mode, const BorderValues& bv,
-                           const OutputTransform& ot) {
-  return {nullptr, static_cast<const unsigned char*>(in.data_ptr()), in.size(1) * in.size(2) * in.size(3) * in.element_size(),
-          in.size(0), in.size(1), in.size(2), in.size(3),
-          out.size(2), out.size(3), output_format(in) == at::MemoryFormat::ChannelsLast, out_channels_last,
-          interpolation, border_mode, bv, ot};
+// Warps a batch tensor into `out`, which the caller allocated (under the input's device guard):
+// the plain op's output (input dtype and layout, no output transform) or the fused op's.
+at::Tensor warp_batch(const at::Tensor& src, const at::Tensor& inv_matrix, at::Tensor out, bool out_channels_last,
+                      int64_t interpolation, int64_t border_mode, const BorderValues& bv, const OutputTransform& ot) {
+  if (out.numel() == 0) return out;
+  const at::Tensor in = src.contiguous(output_format(src));  // a copy only for layouts other than NCHW / NHWC
+  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  const ForwardParams p{nullptr, static_cast<const unsigned char*>(in.data_ptr()),
+                        in.size(1) * in.size(2) * in.size(3) * in.element_size(),
+                        in.size(0), in.size(1), in.size(2), in.size(3), out.size(2), out.size(3),
+                        output_format(in) == at::MemoryFormat::ChannelsLast, out_channels_last,
+                        interpolation, border_mode, bv, ot};
+  AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
+    launch_fused<scalar_t>(p, out, mat);
+  });
+  return out;
 }
 
 __global__ void invert_affine_kernel(const double* __restrict__ m, double* __restrict__ out, int64_t n) {
@@ -75,16 +84,9 @@ at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix,
   check_image_size(src.size(1), src.size(2), src.size(3), "src");
   c10::cuda::CUDAGuard guard(src.device());
   const at::MemoryFormat fmt = output_format(src);
-  const at::Tensor in = src.contiguous(fmt);  // a copy only for layouts other than NCHW / NHWC
   at::Tensor out = at::empty({src.size(0), src.size(1), out_h, out_w}, src.options().memory_format(fmt));
-  if (out.numel() == 0) return out;
-  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  const ForwardParams p = batch_params(in, out, fmt == at::MemoryFormat::ChannelsLast, interpolation, border_mode,
-                                       bv, OutputTransform{});
-  AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
-    launch_fused<scalar_t>(p, out, mat);
-  });
-  return out;
+  return warp_batch(src, inv_matrix, out, fmt == at::MemoryFormat::ChannelsLast, interpolation, border_mode, bv,
+                    OutputTransform{});
 }
 
 at::Tensor warp_affine_fused_cuda(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
@@ -96,15 +98,8 @@ at::Tensor warp_affine_fused_cuda(const at::Tensor& src, const at::Tensor& inv_m
   const OutputTransform ot = check_output_args(src.size(1), out_dtype, mean, std, scale, reverse_channels);
   check_image_size(src.size(1), src.size(2), src.size(3), "src");
   c10::cuda::CUDAGuard guard(src.device());
-  const at::Tensor in = src.contiguous(output_format(src));
   at::Tensor out = make_fused_output(src.size(0), src.size(1), out_h, out_w, out_dtype, channels_last_out, src.device());
-  if (out.numel() == 0) return out;
-  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  const ForwardParams p = batch_params(in, out, channels_last_out, interpolation, border_mode, bv, ot);
-  AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_fused_cuda", [&] {
-    launch_fused<scalar_t>(p, out, mat);
-  });
-  return out;
+  return warp_batch(src, inv_matrix, out, channels_last_out, interpolation, border_mode, bv, ot);
 }
 
 // A list of HWC images of different sizes in one launch: their addresses and sizes travel as a

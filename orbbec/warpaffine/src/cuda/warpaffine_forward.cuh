@@ -106,22 +106,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-// The output element type of a forward kernel (its second parameter).
-template <typename Kernel>
-struct KernelOut;
-template <typename out_t, typename... Rest>
-struct KernelOut<void (*)(ForwardParams, out_t*, Rest...)> {
-  using type = out_t;
-};
-
-template <typename Kernel>
-void launch_tiles(Kernel kernel, const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
+// Launches a forward kernel over all output tiles of the batch (out_t from the kernel's type).
+template <typename out_t>
+void launch_tiles(void (*kernel)(ForwardParams, out_t*, const double*, int, int), const ForwardParams& p,
+                  at::Tensor& out, const at::Tensor& mat) {
   const int tiles_x = static_cast<int>((p.OW + kTileW - 1) / kTileW);
   const int tiles = tiles_x * static_cast<int>((p.OH + kTileH - 1) / kTileH);  // < 2^31 / kTileW
   const dim3 grid(static_cast<unsigned>(std::min(tiles, 1 << 30)),
                   static_cast<unsigned>(std::min<int64_t>(p.B, 65535)));
-  kernel<<<grid, kThreads, 0, current_stream()>>>(p, out.data_ptr<typename KernelOut<Kernel>::type>(),
-                                                  mat.data_ptr<double>(), tiles_x, tiles);
+  kernel<<<grid, kThreads, 0, current_stream()>>>(p, out.data_ptr<out_t>(), mat.data_ptr<double>(), tiles_x, tiles);
   ORBBEC_LAUNCH_CHECK();
 }
 
