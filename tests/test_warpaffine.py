@@ -200,6 +200,33 @@ def test_unaligned_hwc_images(device, offset):
         assert torch.equal(listed, out.contiguous())
 
 
+@requires_cuda
+@pytest.mark.parametrize("out_hw", [(64, 128), (45, 131), (33, 64), (97, 200), (5, 3)])
+@pytest.mark.parametrize("in_layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("border", ["constant", "replicate"])
+def test_cuda_output_tiles_of_every_shape(out_hw, in_layout, border):
+    # The CUDA 3-channel kernel writes 1- and 2-byte outputs through a per-warp stage, as whole
+    # words where a tile is full and its rows are word-aligned, value by value elsewhere (partial
+    # tiles, odd widths): each shape here takes a different mix. uint8 against the CPU bit for
+    # bit; float16 / bfloat16 against the float32 output (which the kernel writes directly).
+    oh, ow = out_hw
+    imgs, mats = _batch(29, (150, 170), out_hw, n=3)
+    src = _to_nchw(imgs, "cpu")
+    if in_layout == "NHWC":
+        src = src.contiguous(memory_format=torch.channels_last)
+    M = torch.from_numpy(mats)
+    kw = dict(border_mode=border, border_value=(9, 99, 199))
+    for out_layout in ("NCHW", "NHWC"):
+        fmt = torch.channels_last if out_layout == "NHWC" else torch.contiguous_format
+        cpu = warp_affine(src, M, (ow, oh), **kw).contiguous(memory_format=fmt)
+        cuda = warp_affine(src.cuda(), M.cuda(), (ow, oh), out_dtype=torch.uint8, out_layout=out_layout, **kw)
+        assert cuda.is_contiguous(memory_format=fmt) and torch.equal(cuda.cpu(), cpu)
+        norm = dict(mean=[100.0, 110.0, 120.0], std=[50.0, 55.0, 60.0], out_layout=out_layout, **kw)
+        ref = warp_affine(src.cuda(), M.cuda(), (ow, oh), out_dtype=torch.float32, **norm)
+        for dtype in (torch.float16, torch.bfloat16):
+            assert torch.equal(warp_affine(src.cuda(), M.cuda(), (ow, oh), out_dtype=dtype, **norm), ref.to(dtype))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("hw", [(1, 1), (1, 9), (9, 1), (2, 2)])
 @pytest.mark.parametrize("border", BORDERS)

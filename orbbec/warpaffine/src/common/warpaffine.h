@@ -95,8 +95,11 @@ struct OutputTransform {
   ORBBEC_HD int64_t source_channel(int64_t c, int64_t C) const { return reverse_channels ? C - 1 - c : c; }
   template <typename acc_t>
   ORBBEC_HD acc_t apply(acc_t v, int64_t c) const {
-    if (!normalize) return v;
-    // the order and rounding of torch's (x * scale - mean) / std, so fused == unfused bit for bit
+    return normalize ? normalized(v, c) : v;
+  }
+  // the order and rounding of torch's (x * scale - mean) / std, so fused == unfused bit for bit
+  template <typename acc_t>
+  ORBBEC_HD acc_t normalized(acc_t v, int64_t c) const {
     const acc_t scaled = mul_rn(v, static_cast<acc_t>(scale));
     return div_rn(add_rn(scaled, -static_cast<acc_t>(mean[c])), static_cast<acc_t>(std[c]));
   }

@@ -6,18 +6,38 @@ namespace orbbec {
 namespace warpaffine {
 namespace forward_cuda {
 
-// 3-channel uint8 bilinear images, pixel by pixel. Profiled with ncu on the H100 (det workload),
-// the general kernel issued 3 instructions per cycle of 4 and kept L1 80% busy, a quarter of that
-// traffic register spills, while DRAM was 10% busy; so this path is written for few
-// instructions, few loads and no spills (5 blocks of 256 threads per SM, 48 registers):
-// - one pixel's 12 taps are in flight together, and only that pixel's position is live (the
-//   general kernel keeps kPx positions across its channel loop, which cost spills);
-// - channel and column steps are compile-time constants, so taps are addressed as a row pointer
-//   plus an immediate offset instead of a 64-bit add per tap;
-// - NHWC rows are read as aligned 32-bit words (2 or 3 per tap row instead of 6 byte loads).
-// The arithmetic is the shared header's, so the results are those of the general path bit for bit.
+// 3-channel uint8 bilinear images, pixel by pixel. The kernel is bound by the instructions it
+// issues (ncu on the H100, det workload: 3.4 of 4 per cycle), so it is written for few of them:
+// - a thread computes kC3Px = 8 pixels of a row (x0 + 8k), so the set-up of a tile (image,
+//   matrix, row terms, output address) is paid once per 8 pixels; the grid is 3-D (tile column,
+//   tile row, image): no division to find a tile;
+// - a pixel whose taps all lie in the image takes the inner path: channel and column steps are
+//   compile-time constants (a row pointer plus immediate offsets), NHWC rows are read as aligned
+//   32-bit words (2 or 3 per tap row instead of 6 byte loads), one pixel's 12 taps in flight;
+// - with a constant border, a pixel whose taps all lie outside is the border value (the blend of
+//   four equal values is that value), written at once; on the det workload they are 14% of the
+//   pixels, and sending them through the border-aware sampler cost a quarter of the instructions;
+// - the rest (a pixel wide rim, other border modes) goes through the shared sampler in a second
+//   loop: its border arithmetic inside the first loop made the compiler spill the loop's state.
+// Coordinates and blending are the shared header's, so results are the general path's bit for bit.
 
-// The 6 bytes q[0..5] of an NHWC tap row (pixels x0 and x0 + 1, 3 channels) as floats. Aligned
+// A thread computes kC3Px pixels of a row, 8 apart: 8 measured faster than 16 (H100: det NHWC
+// 0.202 vs 0.216 ms, face NCHW 0.127 vs 0.145 ms; fewer blocks left the last wave short).
+constexpr int kC3Px = 8, kC3TileW = kPatchW * kC3Px;  // a block covers 64 x 32 output pixels
+
+// uint8 taps are handled as the floats 2^23 + b ("biased": 0x4B0000bb, an exact conversion
+// without the slow integer-to-float unit). A difference of two biased taps is exact, so
+// blend_bilinear's arithmetic needs only its two base taps unbiased: bit for bit the same result
+// with 6 fewer instructions per pixel.
+__device__ __forceinline__ float biased(unsigned b) { return __uint_as_float(0x4B000000u | b); }
+__device__ __forceinline__ float blend_biased(float b00, float b01, float b10, float b11, float fx, float fy) {
+  const float p00 = __fsub_rn(b00, 8388608.0f), p10 = __fsub_rn(b10, 8388608.0f);
+  const float v0 = __fadd_rn(p00, __fmul_rn(fx, __fsub_rn(b01, b00)));
+  const float v1 = __fadd_rn(p10, __fmul_rn(fx, __fsub_rn(b11, b10)));
+  return __fadd_rn(v0, __fmul_rn(fy, __fsub_rn(v1, v0)));
+}
+
+// The 6 bytes q[0..5] of an NHWC tap row (pixels x0 and x0 + 1, 3 channels), biased. Aligned
 // words never cross a 4-byte boundary past q[5], so they stay in the allocation holding q.
 __device__ __forceinline__ void load_nhwc_c3_row(const uint8_t* q, float v[6]) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(q);
@@ -26,82 +46,196 @@ __device__ __forceinline__ void load_nhwc_c3_row(const uint8_t* q, float v[6]) {
   const unsigned w0 = __ldg(w), w1 = __ldg(w + 1);
   const unsigned w2 = shift > 16u ? __ldg(w + 2) : 0u;  // q[5] is in the third word only then
   const unsigned lo = __funnelshift_r(w0, w1, shift), hi = __funnelshift_r(w1, w2, shift);
-  // 0x4B0000bb is the float 2^23 + bb: the exact conversion of load_acc
-  v[0] = __fsub_rn(__uint_as_float(__byte_perm(lo, 0x4B00u, 0x5440u)), 8388608.0f);
-  v[1] = __fsub_rn(__uint_as_float(__byte_perm(lo, 0x4B00u, 0x5441u)), 8388608.0f);
-  v[2] = __fsub_rn(__uint_as_float(__byte_perm(lo, 0x4B00u, 0x5442u)), 8388608.0f);
-  v[3] = __fsub_rn(__uint_as_float(__byte_perm(lo, 0x4B00u, 0x5443u)), 8388608.0f);
-  v[4] = __fsub_rn(__uint_as_float(__byte_perm(hi, 0x4B00u, 0x5440u)), 8388608.0f);
-  v[5] = __fsub_rn(__uint_as_float(__byte_perm(hi, 0x4B00u, 0x5441u)), 8388608.0f);
+  v[0] = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5440u));
+  v[1] = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5441u));
+  v[2] = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5442u));
+  v[3] = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5443u));
+  v[4] = __uint_as_float(__byte_perm(hi, 0x4B00u, 0x5440u));
+  v[5] = __uint_as_float(__byte_perm(hi, 0x4B00u, 0x5441u));
 }
 
-template <bool kNHWC, typename out_t>
+// Channel c of the output, from sampled value v. kNormalize: the fused transform's normalisation
+// as a template constant (a runtime branch around its division cost the plain warp 8 instructions
+// per pixel).
+template <typename out_t, bool kNormalize>
+__device__ __forceinline__ out_t c3_output(const OutputTransform& ot, float v, int c) {
+  return Store<out_t, float>::cast(kNormalize ? ot.normalized(v, c) : v);
+}
+
+// Outputs narrower than 4 bytes go through shared memory. Written straight from the pixel loop,
+// each store instruction put 1 or 2 bytes per lane into 4 rows, and the 3 channels' stores hit
+// the same sectors again: ncu (H100, det, uint8) counted 6 times the ideal L2 store sectors and
+// L2 84% busy. A warp instead leaves its 4 x 64 pixels in a stage laid out like the output, then
+// copies each contiguous run out in 32-bit words.
+template <typename out_t, int kTileW>
+struct C3Stage {
+  static constexpr bool kUsed = sizeof(out_t) < 4;
+  static constexpr int kWarpValues = kPatchH * kTileW * 3;  // one warp's 4 rows x kTileW pixels x 3 channels
+};
+
+// Copies one warp's stage to the output. The stage holds kRuns runs of kStride values (a run: a
+// row of the warp's 4 x 64 pixels, NHWC; a (channel, row) pair, NCHW); lane l copies row l / 8
+// of each run group, taking every 8th word from word l % 8, so its addresses are one row pointer
+// plus constant offsets. dst(run) is nullptr for rows past the output's last. Whole 32-bit words
+// where the caller found every run word-aligned and whole (n == kStride), else value by value.
+template <int kRuns, int kStride, typename out_t, typename Dst>
+__device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words, int lane, const Dst& dst) {
+  constexpr int kLanesPerRun = 32 / kPatchH;  // 8
+  const int run0 = lane / kLanesPerRun, part = lane % kLanesPerRun;
+  if (words) {
+    constexpr int kWords = kStride * int(sizeof(out_t)) / 4;
+    static_assert(kWords % kLanesPerRun == 0, "a run is a whole number of words per lane");
+#pragma unroll
+    for (int run = run0; run < kRuns; run += kPatchH) {
+      unsigned* d = reinterpret_cast<unsigned*>(dst(run));
+      const unsigned* s32 = reinterpret_cast<const unsigned*>(stage + run * kStride);
+      if (d) {
+#pragma unroll
+        for (int w = part; w < kWords; w += kLanesPerRun) d[w] = s32[w];
+      }
+    }
+  } else {
+    for (int run = run0; run < kRuns; run += kPatchH) {
+      out_t* d = dst(run);
+      if (d) {
+        for (int j = part; j < n; j += kLanesPerRun) d[j] = stage[run * kStride + j];
+      }
+    }
+  }
+}
+
+template <bool kNHWC, bool kNormalize, typename out_t>
 __global__ void __launch_bounds__(kThreads, 5)
-    warp_c3_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats, int tiles_x,
-                   int tiles_per_image) {
+    warp_c3_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats) {
+  using Stage = C3Stage<out_t, kC3TileW>;
+  __shared__ __align__(16) out_t stage_all[Stage::kUsed ? kThreads / 32 * Stage::kWarpValues : 1];
   constexpr int sx = kNHWC ? 3 : 1;
   const int OH = static_cast<int>(p.OH), OW = static_cast<int>(p.OW);
-  const int lane = threadIdx.x % 32;
-  const int lx = lane % kPatchW, ly = (threadIdx.x / 32) * kPatchH + lane / kPatchW;
-  const bool reverse = p.ot.reverse_channels;
-  for (int64_t b = blockIdx.y; b < p.B; b += gridDim.y) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lx = lane % kPatchW;
+  const bool reverse = p.ot.reverse_channels, constant_border = p.border == kConstant, ocl = p.out_channels_last;
+  const int tiles_x = (OW + kC3TileW - 1) / kC3TileW, tiles_y = (OH + kTileH - 1) / kTileH;
+  // Where this thread's pixel k, channel c goes: o[k * o_step + c * o_c] in the output, or
+  // stage[s_px + k * s_step + c * s_c] in the warp's stage (the output's layout, 4 x 64 pixels).
+  const int o_step = ocl ? kPatchW * 3 : kPatchW;
+  const int64_t o_c = ocl ? 1 : p.OH * p.OW;
+  out_t* stage = stage_all + (Stage::kUsed ? warp * Stage::kWarpValues : 0);
+  const int s_row = lane / kPatchW;
+  const int s_px = ocl ? (s_row * kC3TileW + lx) * 3 : s_row * kC3TileW + lx;
+  const int s_c = ocl ? 1 : kPatchH * kC3TileW;
+  for (int64_t b = blockIdx.z; b < p.B; b += gridDim.z) {
     const ImageDesc im = p.images ? p.images[b] : ImageDesc{p.base + b * p.image_bytes, p.H, p.W};
     const uint8_t* src = im.data;
     const int H = static_cast<int>(im.H), W = static_cast<int>(im.W);
     const int sy = W * sx, sc = kNHWC ? 1 : H * W;
     const double* M = mats + b * 6;
-    for (int tile = blockIdx.x; tile < tiles_per_image; tile += gridDim.x) {
-      const int x0 = (tile % tiles_x) * kTileW + lx, y = (tile / tiles_x) * kTileH + ly;
-      if (x0 >= OW || y >= OH) continue;
-      const int npx = min(kPx, (OW - x0 + kPatchW - 1) / kPatchW);
-      const double m0 = round_to_float(__ldg(M)), m3 = round_to_float(__ldg(M + 3));
-      const double rx = round_to_float(row_term(__ldg(M + 1), __ldg(M + 2), y));
-      const double ry = round_to_float(row_term(__ldg(M + 4), __ldg(M + 5), y));
-      out_t* o = p.out_channels_last ? out + ((b * p.OH + y) * p.OW + x0) * 3 : out + (b * 3 * p.OH + y) * p.OW + x0;
-      const int o_step = p.out_channels_last ? kPatchW * 3 : kPatchW;
-      const int64_t o_c = p.out_channels_last ? 1 : p.OH * p.OW;
-      double xd = x0;  // exact; stepping it saves a 64-bit conversion per pixel
-      // Pixels with a tap outside the image are left for a second loop: the border arithmetic
-      // inside this one made the compiler spill the loop's state around it.
-      unsigned edge = 0;
+    for (int ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
+      const int row0 = ty * kTileH + warp * kPatchH, y = row0 + s_row;  // row0: the warp's first row
+      if (!Stage::kUsed && row0 >= OH) continue;  // the whole warp (with a stage, it takes part in the barriers)
+      for (int tx = blockIdx.x; tx < tiles_x; tx += gridDim.x) {
+        const int tile_x = tx * kC3TileW, x0 = tile_x + lx;
+        // pixels x0 + 8k of this thread inside the output (0 for lanes past its edge, which still
+        // take part in the warp's copy of the stage)
+        const int npx = y < OH && x0 < OW ? min(kC3Px, (OW - x0 + kPatchW - 1) / kPatchW) : 0;
+        out_t* o = out + (ocl ? ((b * p.OH + y) * p.OW + x0) * 3 : (b * 3 * p.OH + y) * p.OW + x0);
+        auto put = [&](int k, int c, float v) {
+          const out_t value = c3_output<out_t, kNormalize>(p.ot, v, c);
+          if constexpr (Stage::kUsed) {
+            stage[s_px + k * o_step + c * s_c] = value;
+          } else {
+            o[k * o_step + c * o_c] = value;
+          }
+        };
+        // the matrix terms, per tile: kept across the tile loop they took registers from the stage copy
+        const double m0 = round_to_float(__ldg(M)), m3 = round_to_float(__ldg(M + 3));
+        const double rx = round_to_float(row_term(__ldg(M + 1), __ldg(M + 2), y));
+        const double ry = round_to_float(row_term(__ldg(M + 4), __ldg(M + 5), y));
+        double xd = x0;  // exact; stepping it saves a 64-bit conversion per pixel
+        unsigned edge = 0;  // pixels left for the border-aware sampler
 #pragma unroll 1
-      for (int k = 0; k < npx; ++k, xd += kPatchW) {
-        const Taps<float> t = make_taps(source_coord_rounded(m0, rx, xd), source_coord_rounded(m3, ry, xd), kBilinear);
-        if (!(t.valid && t.x0 >= 0 && t.x0 + 1 < W && t.y0 >= 0 && t.y0 + 1 < H)) {
-          edge |= 1u << k;
-          continue;
+        for (int k = 0; k < npx; ++k, xd += kPatchW) {
+          const float sxf = source_coord_rounded(m0, rx, xd), syf = source_coord_rounded(m3, ry, xd);
+          const bool valid = coord_ok(sxf) && coord_ok(syf);
+          // floor (make_taps' floor_coord for the coordinates that pass coord_ok; others unused)
+          const int ix = __float2int_rd(sxf), iy = __float2int_rd(syf);
+          if (valid && static_cast<unsigned>(ix) < static_cast<unsigned>(W - 1) &&
+              static_cast<unsigned>(iy) < static_cast<unsigned>(H - 1)) {
+            const float fx = sxf - static_cast<float>(ix), fy = syf - static_cast<float>(iy);
+            float v[3];
+            const uint8_t* q = src + (iy * sy + ix * sx);
+            if constexpr (kNHWC) {
+              float r0[6], r1[6];
+              load_nhwc_c3_row(q, r0);
+              load_nhwc_c3_row(q + sy, r1);
+#pragma unroll
+              for (int c = 0; c < 3; ++c) v[c] = blend_biased(r0[c], r0[c + 3], r1[c], r1[c + 3], fx, fy);
+            } else {
+#pragma unroll
+              for (int c = 0; c < 3; ++c) {
+                const uint8_t* qc = q + c * sc;
+                v[c] = blend_biased(biased(__ldg(qc)), biased(__ldg(qc + 1)), biased(__ldg(qc + sy)),
+                                    biased(__ldg(qc + sy + 1)), fx, fy);
+              }
+            }
+#pragma unroll
+            for (int c = 0; c < 3; ++c) put(k, c, reverse ? v[2 - c] : v[c]);
+          } else if (constant_border && (!valid || static_cast<unsigned>(ix + 1) > static_cast<unsigned>(W) ||
+                                         static_cast<unsigned>(iy + 1) > static_cast<unsigned>(H))) {
+#pragma unroll
+            for (int c = 0; c < 3; ++c) put(k, c, static_cast<float>(Store<uint8_t, double>::cast(p.bv[reverse ? 2 - c : c])));
+          } else {
+            edge |= 1u << k;
+          }
         }
-        float v[3];
-        const uint8_t* q = src + (t.y0 * sy + t.x0 * sx);
-        if constexpr (kNHWC) {
-          float r0[6], r1[6];
-          load_nhwc_c3_row(q, r0);
-          load_nhwc_c3_row(q + sy, r1);
+        for (int k = 0; edge; ++k, edge >>= 1) {
+          if (!(edge & 1u)) continue;
+          // taps from the matrix again: keeping the loop's coordinates alive for this loop cost spills
+          const Taps<float> t = taps_from_matrix<float>(M, x0 + kPatchW * k, y, kBilinear);
 #pragma unroll
-          for (int c = 0; c < 3; ++c) v[c] = blend_bilinear(r0[c], r0[c + 3], r1[c], r1[c + 3], t.fx, t.fy);
-        } else {
-#pragma unroll
-          for (int c = 0; c < 3; ++c) v[c] = bilinear_inner(q + c * sc, sx, sy, t.fx, t.fy);
+          for (int c = 0; c < 3; ++c) {
+            const int cs = reverse ? 2 - c : c;
+            const float bval = static_cast<float>(Store<uint8_t, double>::cast(p.bv[cs]));
+            put(k, c, sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, bval));
+          }
         }
-#pragma unroll
-        for (int c = 0; c < 3; ++c) {
-          o[k * o_step + c * o_c] = Store<out_t, float>::cast(p.ot.apply(reverse ? v[2 - c] : v[c], c));
-        }
-      }
-      for (int k = 0; edge; ++k, edge >>= 1) {
-        if (!(edge & 1u)) continue;
-        // taps from the matrix again: keeping the loop's coordinates alive for this loop cost spills
-        const Taps<float> t = taps_from_matrix<float>(M, x0 + kPatchW * k, y, kBilinear);
-#pragma unroll
-        for (int c = 0; c < 3; ++c) {
-          const int cs = reverse ? 2 - c : c;
-          const float bval = static_cast<float>(Store<uint8_t, double>::cast(p.bv[cs]));
-          const float v = sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, bval);
-          o[k * o_step + c * o_c] = Store<out_t, float>::cast(p.ot.apply(v, c));
+        if constexpr (Stage::kUsed) {
+          // a block barrier, not __syncwarp: around a __syncwarp that it cannot prove converged,
+          // the compiler kept every live value of the kernel safe, and spilled the pixel loop's
+          __syncthreads();
+          const int rows = min(kPatchH, OH - row0), cols = min(kC3TileW, OW - tile_x);
+          out_t* first = out + (ocl ? ((b * p.OH + row0) * p.OW + tile_x) * 3 : (b * 3 * p.OH + row0) * p.OW + tile_x);
+          const int64_t row_stride = ocl ? p.OW * 3 : p.OW;
+          // whole words: full tile columns, and every run starting on a 4-byte boundary
+          const bool words = cols == kC3TileW && ((reinterpret_cast<uintptr_t>(first) | row_stride * sizeof(out_t) |
+                                                   (ocl ? 0 : o_c * sizeof(out_t))) & 3) == 0;
+          if (ocl) {  // runs: the warp's rows
+            copy_stage<kPatchH, kC3TileW * 3>(stage, cols * 3, words, lane, [&](int r) -> out_t* {
+              return r < rows ? first + r * row_stride : nullptr;
+            });
+          } else {  // runs: (channel, row) pairs
+            copy_stage<3 * kPatchH, kC3TileW>(stage, cols, words, lane, [&](int i) -> out_t* {
+              const int c = i / kPatchH, r = i % kPatchH;
+              return r < rows ? first + c * o_c + r * row_stride : nullptr;
+            });
+          }
+          __syncthreads();
         }
       }
     }
   }
+}
+
+// Launches the 3-channel kernel over a 3-D grid of (tile column, tile row, image).
+template <typename out_t>
+void launch_c3(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
+  const int64_t tiles_x = (p.OW + kC3TileW - 1) / kC3TileW, tiles_y = (p.OH + kTileH - 1) / kTileH;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles_x, int64_t(1) << 30)),
+                  static_cast<unsigned>(std::min<int64_t>(tiles_y, 65535)),
+                  static_cast<unsigned>(std::min<int64_t>(p.B, 65535)));
+  auto kernel = p.ot.normalize ? warp_c3_kernel<false, true, out_t> : warp_c3_kernel<false, false, out_t>;
+  if (p.in_channels_last) kernel = p.ot.normalize ? warp_c3_kernel<true, true, out_t> : warp_c3_kernel<true, false, out_t>;
+  kernel<<<grid, kThreads, 0, current_stream()>>>(p, out.data_ptr<out_t>(), mat.data_ptr<double>());
+  ORBBEC_LAUNCH_CHECK();
 }
 
 }  // namespace forward_cuda

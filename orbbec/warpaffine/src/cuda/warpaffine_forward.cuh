@@ -128,8 +128,7 @@ void launch_forward(const ForwardParams& p, at::Tensor& out, const at::Tensor& m
       case kNearest: return launch_tiles(warp_forward_kernel<in_t, out_t, kNearest, 5>, p, out, mat);
       case kBilinear:
         if (p.C == 3) {
-          if (p.in_channels_last) return launch_tiles(warp_c3_kernel<true, out_t>, p, out, mat);
-          return launch_tiles(warp_c3_kernel<false, out_t>, p, out, mat);
+          return launch_c3<out_t>(p, out, mat);
         }
         return launch_tiles(warp_forward_kernel<in_t, out_t, kBilinear, 5>, p, out, mat);
       default: return launch_tiles(warp_forward_kernel<in_t, out_t, kBicubic, 4>, p, out, mat);
