@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 5)
   const bool reverse = p.ot.reverse_channels, constant_border = p.border == kConstant, ocl = p.out_channels_last;
   const int tiles_x = (OW + kC3TileW - 1) / kC3TileW, tiles_y = (OH + kTileH - 1) / kTileH;
   // Where this thread's pixel k, channel c goes: o[k * o_step + c * o_c] in the output, or
-  // stage[s_px + k * s_step + c * s_c] in the warp's stage (the output's layout, 4 x 64 pixels).
+  // stage[s_px + k * o_step + c * s_c] in the warp's stage (the output's layout, 4 x 64 pixels).
   const int o_step = ocl ? kPatchW * 3 : kPatchW;
   const int64_t o_c = ocl ? 1 : p.OH * p.OW;
   out_t* stage = stage_all + (Stage::kUsed ? warp * Stage::kWarpValues : 0);
