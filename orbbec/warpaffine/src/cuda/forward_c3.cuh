@@ -38,35 +38,45 @@ __device__ __forceinline__ float blend_biased(float b00, float b01, float b10, f
   return __fadd_rn(v0, __fmul_rn(fy, __fsub_rn(v1, v0)));
 }
 
+// The aligned 32-bit word holding q[0], and the right shift that brings q[0] to its low byte.
+// Words read from there never cross a 4-byte boundary past the last byte wanted, so they stay in
+// the allocation holding it.
+struct WordWindow {
+  const unsigned* w;
+  unsigned shift;
+  __device__ __forceinline__ explicit WordWindow(const uint8_t* q)
+      : w(reinterpret_cast<const unsigned*>(reinterpret_cast<uintptr_t>(q) & ~uintptr_t(3))),
+        shift(8u * static_cast<unsigned>(reinterpret_cast<uintptr_t>(q) & 3u)) {}
+};
+// Byte i of word v, biased.
+template <int i>
+__device__ __forceinline__ float biased_byte(unsigned v) { return __uint_as_float(__byte_perm(v, 0x4B00u, 0x5440u + i)); }
+
 // q[0], q[1] (an NCHW tap pair), biased, from the aligned word holding q[0] and the next word only
 // when q[1] is in it (1 in 4). Half the load requests of two byte loads: NCHW was bound by L1 (96%
 // busy on det); measured on the H100, det / hd NCHW 0.255 / 0.112 ms against 0.299 / 0.144 ms.
 __device__ __forceinline__ void load_pair_biased(const uint8_t* q, float& a, float& b) {
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(q);
-  const unsigned* w = reinterpret_cast<const unsigned*>(addr & ~uintptr_t(3));
-  const unsigned shift = 8u * static_cast<unsigned>(addr & 3u);
-  const unsigned w0 = __ldg(w);
-  const unsigned w1 = shift == 24u ? __ldg(w + 1) : 0u;
-  const unsigned lo = __funnelshift_r(w0, w1, shift);
-  a = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5440u));
-  b = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5441u));
+  const WordWindow ww(q);
+  const unsigned w0 = __ldg(ww.w);
+  const unsigned w1 = ww.shift == 24u ? __ldg(ww.w + 1) : 0u;
+  const unsigned lo = __funnelshift_r(w0, w1, ww.shift);
+  a = biased_byte<0>(lo);
+  b = biased_byte<1>(lo);
 }
 
-// The 6 bytes q[0..5] of an NHWC tap row (pixels x0 and x0 + 1, 3 channels), biased. Aligned
-// words never cross a 4-byte boundary past q[5], so they stay in the allocation holding q.
+// The 6 bytes q[0..5] of an NHWC tap row (pixels x0 and x0 + 1, 3 channels), biased, from 2 aligned
+// words, or 3 when q[5] is in the third.
 __device__ __forceinline__ void load_nhwc_c3_row(const uint8_t* q, float v[6]) {
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(q);
-  const unsigned* w = reinterpret_cast<const unsigned*>(addr & ~uintptr_t(3));
-  const unsigned shift = 8u * static_cast<unsigned>(addr & 3u);
-  const unsigned w0 = __ldg(w), w1 = __ldg(w + 1);
-  const unsigned w2 = shift > 16u ? __ldg(w + 2) : 0u;  // q[5] is in the third word only then
-  const unsigned lo = __funnelshift_r(w0, w1, shift), hi = __funnelshift_r(w1, w2, shift);
-  v[0] = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5440u));
-  v[1] = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5441u));
-  v[2] = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5442u));
-  v[3] = __uint_as_float(__byte_perm(lo, 0x4B00u, 0x5443u));
-  v[4] = __uint_as_float(__byte_perm(hi, 0x4B00u, 0x5440u));
-  v[5] = __uint_as_float(__byte_perm(hi, 0x4B00u, 0x5441u));
+  const WordWindow ww(q);
+  const unsigned w0 = __ldg(ww.w), w1 = __ldg(ww.w + 1);
+  const unsigned w2 = ww.shift > 16u ? __ldg(ww.w + 2) : 0u;
+  const unsigned lo = __funnelshift_r(w0, w1, ww.shift), hi = __funnelshift_r(w1, w2, ww.shift);
+  v[0] = biased_byte<0>(lo);
+  v[1] = biased_byte<1>(lo);
+  v[2] = biased_byte<2>(lo);
+  v[3] = biased_byte<3>(lo);
+  v[4] = biased_byte<0>(hi);
+  v[5] = biased_byte<1>(hi);
 }
 
 // Channel c of the output, from sampled value v. kNormalize: the fused transform's normalisation
@@ -128,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 5)
   const int OH = static_cast<int>(p.OH), OW = static_cast<int>(p.OW);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int lx = lane % kPatchW;
-  const bool reverse = p.ot.reverse_channels, constant_border = p.border == kConstant, ocl = p.out_channels_last;
+  const bool constant_border = p.border == kConstant, ocl = p.out_channels_last;
   const int tiles_x = (OW + kC3TileW - 1) / kC3TileW, tiles_y = (OH + kTileH - 1) / kTileH;
   // Where this thread's pixel k, channel c goes: o[k * o_step + c * o_c] in the output, or
   // stage[s_px + k * o_step + c * s_c] in the warp's stage (the output's layout, 4 x 64 pixels).
@@ -194,12 +204,13 @@ __global__ void __launch_bounds__(kThreads, 5)
                 v[c] = blend_biased(b00, b01, b10, b11, fx, fy);
               }
             }
+            // a select, not v[source_channel(c)]: a runtime index would put v in local memory
 #pragma unroll
-            for (int c = 0; c < 3; ++c) put(k, c, reverse ? v[2 - c] : v[c]);
+            for (int c = 0; c < 3; ++c) put(k, c, p.ot.reverse_channels ? v[2 - c] : v[c]);
           } else if (constant_border && (!valid || static_cast<unsigned>(ix + 1) > static_cast<unsigned>(W) ||
                                          static_cast<unsigned>(iy + 1) > static_cast<unsigned>(H))) {
 #pragma unroll
-            for (int c = 0; c < 3; ++c) put(k, c, static_cast<float>(Store<uint8_t, double>::cast(p.bv[reverse ? 2 - c : c])));
+            for (int c = 0; c < 3; ++c) put(k, c, border_value<float, uint8_t>(p.bv, p.ot.source_channel(c, 3)));
           } else {
             edge |= 1u << k;
           }
@@ -210,9 +221,8 @@ __global__ void __launch_bounds__(kThreads, 5)
           const Taps<float> t = taps_from_matrix<float>(M, x0 + kPatchW * k, y, kBilinear);
 #pragma unroll
           for (int c = 0; c < 3; ++c) {
-            const int cs = reverse ? 2 - c : c;
-            const float bval = static_cast<float>(Store<uint8_t, double>::cast(p.bv[cs]));
-            put(k, c, sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, bval));
+            const int cs = static_cast<int>(p.ot.source_channel(c, 3));
+            put(k, c, sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, border_value<float, uint8_t>(p.bv, cs)));
           }
         }
         if constexpr (Stage::kUsed) {

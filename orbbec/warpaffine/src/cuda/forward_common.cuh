@@ -65,6 +65,12 @@ __device__ __forceinline__ float load_acc<float, uint8_t>(const uint8_t* p) {
   return __fsub_rn(__uint_as_float(0x4B000000u | __ldg(p)), 8388608.0f);
 }
 
+// Channel c's constant border value as the image type holds it (cv2 saturates it), in acc_t.
+template <typename acc_t, typename in_t>
+__device__ __forceinline__ acc_t border_value(const BorderValues& bv, int64_t c) {
+  return static_cast<acc_t>(Store<in_t, double>::cast(bv[c]));
+}
+
 // A bilinear pixel whose taps q, q + dx, q + dy, q + dy + dx all lie in the image.
 template <typename in_t, typename acc_t>
 __device__ __forceinline__ acc_t bilinear_inner(const in_t* q, int dx, int dy, acc_t fx, acc_t fy) {

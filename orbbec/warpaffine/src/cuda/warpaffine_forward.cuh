@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           for (int k = 0; k < kPx; ++k) v[k] = bilinear_inner(plane + off[k], dx, dy, fx[k], fy[k]);
         }
         if (edge) {
-          const acc_t bval = static_cast<acc_t>(Store<in_t, double>::cast(p.bv[cs]));
+          const acc_t bval = border_value<acc_t, in_t>(p.bv, cs);
 #pragma unroll
           for (int k = 0; k < kPx; ++k) {
             if (!(edge >> k & 1u)) continue;
