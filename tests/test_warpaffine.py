@@ -201,13 +201,14 @@ def test_unaligned_hwc_images(device, offset):
 
 
 @requires_cuda
-@pytest.mark.parametrize("out_hw", [(64, 128), (45, 131), (33, 64), (97, 200), (5, 3)])
+@pytest.mark.parametrize("out_hw", [(64, 128), (45, 131), (33, 64), (97, 200), (112, 112), (30, 70), (5, 3)])
 @pytest.mark.parametrize("in_layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("border", ["constant", "replicate"])
 def test_cuda_output_tiles_of_every_shape(out_hw, in_layout, border):
     # The CUDA 3-channel kernel writes 1- and 2-byte outputs through a per-warp stage, as whole
-    # words where a tile is full and its rows are word-aligned, value by value elsewhere (partial
-    # tiles, odd widths): each shape here takes a different mix. uint8 against the CPU bit for
+    # words where a tile's rows are word-aligned and a whole number of words (full tiles, and
+    # partial ones such as the 48 columns that end face's 112), value by value elsewhere (odd
+    # widths): each shape here takes a different mix. uint8 against the CPU bit for
     # bit; float16 / bfloat16 against the float32 output (which the kernel writes directly).
     oh, ow = out_hw
     imgs, mats = _batch(29, (150, 170), out_hw, n=3)

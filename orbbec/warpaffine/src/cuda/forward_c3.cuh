@@ -101,8 +101,10 @@ struct C3Stage {
 // Copies one warp's stage to the output. The stage holds kRuns runs of kStride values (a run: a
 // row of the warp's 4 x 64 pixels, NHWC; a (channel, row) pair, NCHW); lane l copies row l / 8
 // of each run group, taking every 8th word from word l % 8, so its addresses are one row pointer
-// plus constant offsets. dst(run) is nullptr for rows past the output's last. Whole 32-bit words
-// where the caller found every run word-aligned and whole (n == kStride), else value by value.
+// plus constant offsets. dst(run) is nullptr for rows past the output's last. The first n values
+// of each run go out as 32-bit words where the caller found every run word-aligned and n values a
+// whole number of words (a partial tile too: face's 112-pixel rows end in a 48-pixel tile, which
+// went out value by value), else value by value.
 template <int kRuns, int kStride, typename out_t, typename Dst>
 __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words, int lane, const Dst& dst) {
   constexpr int kLanesPerRun = 32 / kPatchH;  // 8
@@ -110,13 +112,16 @@ __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words
   if (words) {
     constexpr int kWords = kStride * int(sizeof(out_t)) / 4;
     static_assert(kWords % kLanesPerRun == 0, "a run is a whole number of words per lane");
+    const int n_words = n * int(sizeof(out_t)) / 4;
 #pragma unroll
     for (int run = run0; run < kRuns; run += kPatchH) {
       unsigned* d = reinterpret_cast<unsigned*>(dst(run));
       const unsigned* s32 = reinterpret_cast<const unsigned*>(stage + run * kStride);
       if (d) {
 #pragma unroll
-        for (int w = part; w < kWords; w += kLanesPerRun) d[w] = s32[w];
+        for (int w = part; w < kWords; w += kLanesPerRun) {
+          if (w < n_words) d[w] = s32[w];
+        }
       }
     }
   } else {
@@ -232,9 +237,9 @@ __global__ void __launch_bounds__(kThreads, 5)
           const int rows = min(kPatchH, OH - row0), cols = min(kC3TileW, OW - tile_x);
           out_t* first = out + (ocl ? ((b * p.OH + row0) * p.OW + tile_x) * 3 : (b * 3 * p.OH + row0) * p.OW + tile_x);
           const int64_t row_stride = ocl ? p.OW * 3 : p.OW;
-          // whole words: full tile columns, and every run starting on a 4-byte boundary
-          const bool words = cols == kC3TileW && ((reinterpret_cast<uintptr_t>(first) | row_stride * sizeof(out_t) |
-                                                   (ocl ? 0 : o_c * sizeof(out_t))) & 3) == 0;
+          // whole words: every run starting on a 4-byte boundary and a whole number of words long
+          const bool words = ((reinterpret_cast<uintptr_t>(first) | row_stride * sizeof(out_t) |
+                               (ocl ? 0 : o_c * sizeof(out_t)) | cols * (ocl ? 3 : 1) * sizeof(out_t)) & 3) == 0;
           if (ocl) {  // runs: the warp's rows
             copy_stage<kPatchH, kC3TileW * 3>(stage, cols * 3, words, lane, [&](int r) -> out_t* {
               return r < rows ? first + r * row_stride : nullptr;
