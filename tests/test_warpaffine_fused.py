@@ -59,6 +59,28 @@ def test_scale_reverse_layout_and_dtypes(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("interp", ["nearest", "bilinear", "bicubic"])
+@pytest.mark.parametrize("in_layout", ["NCHW", "NHWC"])
+def test_reversal_takes_the_border_value_of_the_source_channel(device, interp, in_layout):
+    # Output channel c reads input channel C-1-c, border included: with a constant border of three
+    # different values, the reversed warp equals the warp of the flipped image with the values
+    # flipped. The CUDA 3-channel uint8 kernel writes border pixels, its rim and its inner pixels on
+    # three separate paths, each choosing the channel for itself.
+    src, M = _batch(device, seed=5)
+    if in_layout == "NHWC":
+        src = src.contiguous(memory_format=torch.channels_last)
+    bv = (3, 60, 200)
+    kw = dict(interpolation=interp, border_mode="constant")
+    for out_dtype, norm in ((torch.uint8, {}), (torch.float32, dict(mean=MEAN, std=STD))):
+        out = warp_affine(src, M, (80, 64), out_dtype=out_dtype, reverse_channels=True, border_value=bv, **norm, **kw)
+        ref = warp_affine(src.flip(1), M, (80, 64), out_dtype=out_dtype, border_value=bv[::-1], **norm, **kw)
+        assert torch.equal(out, ref)
+    # the border does show up: some pixels of the reversed uint8 output hold (200, 60, 3)
+    u8 = warp_affine(src, M, (80, 64), reverse_channels=True, border_value=bv, **kw)
+    assert ((u8[:, 0] == 200) & (u8[:, 1] == 60) & (u8[:, 2] == 3)).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_channels_last_input_to_nchw_float(device):
     src, M = _batch(device, seed=3)
     hwc = src.contiguous(memory_format=torch.channels_last)  # as a decoder's HWC batch
