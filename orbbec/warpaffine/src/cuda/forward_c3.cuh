@@ -28,10 +28,9 @@ namespace forward_cuda {
 constexpr int kC3Px = 8, kC3TileW = kPatchW * kC3Px;  // a block covers 64 x 32 output pixels
 
 // uint8 taps are handled as the floats 2^23 + b ("biased": 0x4B0000bb, an exact conversion
-// without the slow integer-to-float unit). A difference of two biased taps is exact, so
-// blend_bilinear's arithmetic needs only its two base taps unbiased: bit for bit the same result
-// with 6 fewer instructions per pixel.
-__device__ __forceinline__ float biased(unsigned b) { return __uint_as_float(0x4B000000u | b); }
+// without the slow integer-to-float unit; biased_byte below). A difference of two biased taps is
+// exact, so blend_bilinear's arithmetic needs only its two base taps unbiased: bit for bit the
+// same result with 6 fewer instructions per pixel.
 __device__ __forceinline__ float blend_biased(float b00, float b01, float b10, float b11, float fx, float fy) {
   const float p00 = __fsub_rn(b00, 8388608.0f), p10 = __fsub_rn(b10, 8388608.0f);
   const float v0 = __fadd_rn(p00, __fmul_rn(fx, __fsub_rn(b01, b00)));
