@@ -25,7 +25,17 @@ namespace forward_cuda {
 
 // A thread computes kC3Px pixels of a row, 8 apart: 8 measured faster than 16 (H100: det NHWC
 // 0.202 vs 0.216 ms, face NCHW 0.127 vs 0.145 ms; fewer blocks left the last wave short).
-constexpr int kC3Px = 8, kC3TileW = kPatchW * kC3Px;  // a block covers 64 x 32 output pixels
+#ifndef ORBBEC_C3_MIN_BLOCKS
+#define ORBBEC_C3_MIN_BLOCKS 5
+#endif
+#ifndef ORBBEC_C3_SHARED_WW
+#define ORBBEC_C3_SHARED_WW 1
+#endif
+#ifndef ORBBEC_C3_PATCH_W
+#define ORBBEC_C3_PATCH_W 16
+#endif
+constexpr int kC3PatchW = ORBBEC_C3_PATCH_W, kC3PatchH = 32 / kC3PatchW, kC3TileH = kC3PatchH * (kThreads / 32);
+constexpr int kC3Px = 8, kC3TileW = kC3PatchW * kC3Px;  // a block covers 64 x 32 output pixels
 
 // uint8 taps are handled as the floats 2^23 + b ("biased": 0x4B0000bb, an exact conversion
 // without the slow integer-to-float unit; biased_byte below). A difference of two biased taps is
@@ -55,14 +65,15 @@ __device__ __forceinline__ float biased_byte(unsigned v) { return __uint_as_floa
 // q[0], q[1] (an NCHW tap pair), biased, from the aligned word holding q[0] and the next word only
 // when q[1] is in it (1 in 4). Half the load requests of two byte loads: NCHW was bound by L1 (96%
 // busy on det); measured on the H100, det / hd NCHW 0.255 / 0.112 ms against 0.299 / 0.144 ms.
-__device__ __forceinline__ void load_pair_biased(const uint8_t* q, float& a, float& b) {
-  const WordWindow ww(q);
-  const unsigned w0 = __ldg(ww.w);
-  const unsigned w1 = ww.shift == 24u ? __ldg(ww.w + 1) : 0u;
+// The pair at word offset `words` from the window (another channel plane of the same alignment).
+__device__ __forceinline__ void load_pair_biased(const WordWindow& ww, int words, float& a, float& b) {
+  const unsigned w0 = __ldg(ww.w + words);
+  const unsigned w1 = ww.shift == 24u ? __ldg(ww.w + words + 1) : 0u;
   const unsigned lo = __funnelshift_r(w0, w1, ww.shift);
   a = biased_byte<0>(lo);
   b = biased_byte<1>(lo);
 }
+__device__ __forceinline__ void load_pair_biased(const uint8_t* q, float& a, float& b) { load_pair_biased(WordWindow(q), 0, a, b); }
 
 // The 6 bytes q[0..5] of an NHWC tap row (pixels x0 and x0 + 1, 3 channels), biased, from 2 aligned
 // words, or 3 when q[5] is in the third.
@@ -95,7 +106,7 @@ __device__ __forceinline__ out_t c3_output(const OutputTransform& ot, float v, i
 template <typename out_t, int kTileW>
 struct C3Stage {
   static constexpr bool kUsed = sizeof(out_t) < 4;
-  static constexpr int kWarpValues = kPatchH * kTileW * 3;  // one warp's 4 rows x kTileW pixels x 3 channels
+  static constexpr int kWarpValues = kC3PatchH * kTileW * 3;  // one warp's 4 rows x kTileW pixels x 3 channels
 };
 
 // Copies one warp's stage to the output. The stage holds kRuns runs of kStride values (a run: a
@@ -107,14 +118,14 @@ struct C3Stage {
 // went out value by value), else value by value.
 template <int kRuns, int kStride, typename out_t, typename Dst>
 __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words, int lane, const Dst& dst) {
-  constexpr int kLanesPerRun = 32 / kPatchH;  // 8
+  constexpr int kLanesPerRun = 32 / kC3PatchH;  // 8
   const int run0 = lane / kLanesPerRun, part = lane % kLanesPerRun;
   if (words) {
     constexpr int kWords = kStride * int(sizeof(out_t)) / 4;
     static_assert(kWords % kLanesPerRun == 0, "a run is a whole number of words per lane");
     const int n_words = n * int(sizeof(out_t)) / 4;
 #pragma unroll
-    for (int run = run0; run < kRuns; run += kPatchH) {
+    for (int run = run0; run < kRuns; run += kC3PatchH) {
       unsigned* d = reinterpret_cast<unsigned*>(dst(run));
       const unsigned* s32 = reinterpret_cast<const unsigned*>(stage + run * kStride);
       if (d) {
@@ -125,7 +136,7 @@ __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words
       }
     }
   } else {
-    for (int run = run0; run < kRuns; run += kPatchH) {
+    for (int run = run0; run < kRuns; run += kC3PatchH) {
       out_t* d = dst(run);
       if (d) {
         for (int j = part; j < n; j += kLanesPerRun) d[j] = stage[run * kStride + j];
@@ -135,38 +146,39 @@ __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words
 }
 
 template <bool kNHWC, bool kNormalize, typename out_t>
-__global__ void __launch_bounds__(kThreads, 5)
+__global__ void __launch_bounds__(kThreads, ORBBEC_C3_MIN_BLOCKS)
     warp_c3_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats) {
   using Stage = C3Stage<out_t, kC3TileW>;
   __shared__ __align__(16) out_t stage_all[Stage::kUsed ? kThreads / 32 * Stage::kWarpValues : 1];
   constexpr int sx = kNHWC ? 3 : 1;
   const int OH = static_cast<int>(p.OH), OW = static_cast<int>(p.OW);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int lx = lane % kPatchW;
+  const int lx = lane % kC3PatchW;
   const bool constant_border = p.border == kConstant, ocl = p.out_channels_last;
-  const int tiles_x = (OW + kC3TileW - 1) / kC3TileW, tiles_y = (OH + kTileH - 1) / kTileH;
+  const int tiles_x = (OW + kC3TileW - 1) / kC3TileW, tiles_y = (OH + kC3TileH - 1) / kC3TileH;
   // Where this thread's pixel k, channel c goes: o[k * o_step + c * o_c] in the output, or
   // stage[s_px + k * o_step + c * s_c] in the warp's stage (the output's layout, 4 x 64 pixels).
-  const int o_step = ocl ? kPatchW * 3 : kPatchW;
+  const int o_step = ocl ? kC3PatchW * 3 : kC3PatchW;
   const int64_t o_c = ocl ? 1 : p.OH * p.OW;
   out_t* stage = stage_all + (Stage::kUsed ? warp * Stage::kWarpValues : 0);
-  const int s_row = lane / kPatchW;
+  const int s_row = lane / kC3PatchW;
   const int s_px = ocl ? (s_row * kC3TileW + lx) * 3 : s_row * kC3TileW + lx;
-  const int s_c = ocl ? 1 : kPatchH * kC3TileW;
+  const int s_c = ocl ? 1 : kC3PatchH * kC3TileW;
   for (int64_t b = blockIdx.z; b < p.B; b += gridDim.z) {
     const ImageDesc im = p.images ? p.images[b] : ImageDesc{p.base + b * p.image_bytes, p.H, p.W};
     const uint8_t* src = im.data;
     const int H = static_cast<int>(im.H), W = static_cast<int>(im.W);
-    const int sy = W * sx, sc = kNHWC ? 1 : H * W;
+    const int sy = W * sx, sc = kNHWC ? 1 : H * W, sc_words = sc / 4;
+    const bool planes_aligned = sc % 4 == 0;
     const double* M = mats + b * 6;
     for (int ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
-      const int row0 = ty * kTileH + warp * kPatchH, y = row0 + s_row;  // row0: the warp's first row
+      const int row0 = ty * kC3TileH + warp * kC3PatchH, y = row0 + s_row;  // row0: the warp's first row
       if (!Stage::kUsed && row0 >= OH) continue;  // the whole warp (with a stage, it takes part in the barriers)
       for (int tx = blockIdx.x; tx < tiles_x; tx += gridDim.x) {
         const int tile_x = tx * kC3TileW, x0 = tile_x + lx;
         // pixels x0 + 8k of this thread inside the output (0 for lanes past its edge, which still
         // take part in the warp's copy of the stage)
-        const int npx = y < OH && x0 < OW ? min(kC3Px, (OW - x0 + kPatchW - 1) / kPatchW) : 0;
+        const int npx = y < OH && x0 < OW ? min(kC3Px, (OW - x0 + kC3PatchW - 1) / kC3PatchW) : 0;
         out_t* o = out + (ocl ? ((b * p.OH + y) * p.OW + x0) * 3 : (b * 3 * p.OH + y) * p.OW + x0);
         auto put = [&](int k, int c, float v) {
           const out_t value = c3_output<out_t, kNormalize>(p.ot, v, c);
@@ -183,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 5)
         double xd = x0;  // exact; stepping it saves a 64-bit conversion per pixel
         unsigned edge = 0;  // pixels left for the border-aware sampler
 #pragma unroll 1
-        for (int k = 0; k < npx; ++k, xd += kPatchW) {
+        for (int k = 0; k < npx; ++k, xd += kC3PatchW) {
           const float sxf = source_coord_rounded(m0, rx, xd), syf = source_coord_rounded(m3, ry, xd);
           const bool valid = coord_ok(sxf) && coord_ok(syf);
           // floor (make_taps' floor_coord for the coordinates that pass coord_ok; others unused)
@@ -199,6 +211,16 @@ __global__ void __launch_bounds__(kThreads, 5)
               load_nhwc_c3_row(q + sy, r1);
 #pragma unroll
               for (int c = 0; c < 3; ++c) v[c] = blend_biased(r0[c], r0[c + 3], r1[c], r1[c + 3], fx, fy);
+            } else if (ORBBEC_C3_SHARED_WW && planes_aligned) {
+              // planes a whole number of words apart: the 3 channels' taps share one window per row
+              const WordWindow r0(q), r1(q + sy);
+#pragma unroll
+              for (int c = 0; c < 3; ++c) {
+                float b00, b01, b10, b11;
+                load_pair_biased(r0, c * sc_words, b00, b01);
+                load_pair_biased(r1, c * sc_words, b10, b11);
+                v[c] = blend_biased(b00, b01, b10, b11, fx, fy);
+              }
             } else {
 #pragma unroll
               for (int c = 0; c < 3; ++c) {
@@ -215,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 5)
           } else if (constant_border && (!valid || static_cast<unsigned>(ix + 1) > static_cast<unsigned>(W) ||
                                          static_cast<unsigned>(iy + 1) > static_cast<unsigned>(H))) {
 #pragma unroll
-            for (int c = 0; c < 3; ++c) put(k, c, border_value<float, uint8_t>(p.bv, p.ot.source_channel(c, 3)));
+            for (int c = 0; c < 3; ++c) put(k, c, p.c3_border[c]);
           } else {
             edge |= 1u << k;
           }
@@ -223,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 5)
         for (int k = 0; edge; ++k, edge >>= 1) {
           if (!(edge & 1u)) continue;
           // taps from the matrix again: keeping the loop's coordinates alive for this loop cost spills
-          const Taps<float> t = taps_from_matrix<float>(M, x0 + kPatchW * k, y, kBilinear);
+          const Taps<float> t = taps_from_matrix<float>(M, x0 + kC3PatchW * k, y, kBilinear);
           if (constant_border) {
             // sample()'s constant-border bilinear case with the tap tests done once for the 3
             // channels instead of once per channel behind the runtime border switch: on face
@@ -237,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 5)
 #pragma unroll
             for (int c = 0; c < 3; ++c) {
               const int cs = static_cast<int>(p.ot.source_channel(c, 3));
-              const float bval = border_value<float, uint8_t>(p.bv, cs);
+              const float bval = p.c3_border[c];
               const uint8_t* plane = src + cs * sc;
               auto at = [&](bool in, int offset) { return in ? load_acc<float>(plane + (o00 + offset)) : bval; };
               put(k, c, t.valid ? blend_bilinear(at(in_x0 && in_y0, 0), at(in_x1 && in_y0, sx), at(in_x0 && in_y1, sy),
@@ -256,19 +278,19 @@ __global__ void __launch_bounds__(kThreads, 5)
           // a block barrier, not __syncwarp: around a __syncwarp that it cannot prove converged,
           // the compiler kept every live value of the kernel safe, and spilled the pixel loop's
           __syncthreads();
-          const int rows = min(kPatchH, OH - row0), cols = min(kC3TileW, OW - tile_x);
+          const int rows = min(kC3PatchH, OH - row0), cols = min(kC3TileW, OW - tile_x);
           out_t* first = out + (ocl ? ((b * p.OH + row0) * p.OW + tile_x) * 3 : (b * 3 * p.OH + row0) * p.OW + tile_x);
           const int64_t row_stride = ocl ? p.OW * 3 : p.OW;
           // whole words: every run starting on a 4-byte boundary and a whole number of words long
           const bool words = ((reinterpret_cast<uintptr_t>(first) | row_stride * sizeof(out_t) |
                                (ocl ? 0 : o_c * sizeof(out_t)) | cols * (ocl ? 3 : 1) * sizeof(out_t)) & 3) == 0;
           if (ocl) {  // runs: the warp's rows
-            copy_stage<kPatchH, kC3TileW * 3>(stage, cols * 3, words, lane, [&](int r) -> out_t* {
+            copy_stage<kC3PatchH, kC3TileW * 3>(stage, cols * 3, words, lane, [&](int r) -> out_t* {
               return r < rows ? first + r * row_stride : nullptr;
             });
           } else {  // runs: (channel, row) pairs
-            copy_stage<3 * kPatchH, kC3TileW>(stage, cols, words, lane, [&](int i) -> out_t* {
-              const int c = i / kPatchH, r = i % kPatchH;
+            copy_stage<3 * kC3PatchH, kC3TileW>(stage, cols, words, lane, [&](int i) -> out_t* {
+              const int c = i / kC3PatchH, r = i % kC3PatchH;
               return r < rows ? first + c * o_c + r * row_stride : nullptr;
             });
           }
@@ -282,13 +304,17 @@ __global__ void __launch_bounds__(kThreads, 5)
 // Launches the 3-channel kernel over a 3-D grid of (tile column, tile row, image).
 template <typename out_t>
 void launch_c3(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
-  const int64_t tiles_x = (p.OW + kC3TileW - 1) / kC3TileW, tiles_y = (p.OH + kTileH - 1) / kTileH;
+  const int64_t tiles_x = (p.OW + kC3TileW - 1) / kC3TileW, tiles_y = (p.OH + kC3TileH - 1) / kC3TileH;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles_x, int64_t(1) << 30)),
                   static_cast<unsigned>(std::min<int64_t>(tiles_y, 65535)),
                   static_cast<unsigned>(std::min<int64_t>(p.B, 65535)));
   auto kernel = p.ot.normalize ? warp_c3_kernel<false, true, out_t> : warp_c3_kernel<false, false, out_t>;
   if (p.in_channels_last) kernel = p.ot.normalize ? warp_c3_kernel<true, true, out_t> : warp_c3_kernel<true, false, out_t>;
-  kernel<<<grid, kThreads, 0, current_stream()>>>(p, out.data_ptr<out_t>(), mat.data_ptr<double>());
+  // the border values the kernel writes, per output channel: the source channel's value saturated
+  // to uint8 as cv2 does (Store's host version rounds like the device's), converted once here
+  ForwardParams q = p;
+  for (int c = 0; c < 3; ++c) q.c3_border[c] = static_cast<float>(Store<uint8_t, double>::cast(p.bv[p.ot.source_channel(c, 3)]));
+  kernel<<<grid, kThreads, 0, current_stream()>>>(q, out.data_ptr<out_t>(), mat.data_ptr<double>());
   ORBBEC_LAUNCH_CHECK();
 }
 

@@ -43,6 +43,7 @@ struct ForwardParams {
   int64_t interp, border;
   BorderValues bv;
   OutputTransform ot;
+  float c3_border[3];  // the 3-channel uint8 kernel's border values per output channel (launch_c3 sets them)
 };
 
 // Read-only loads through the non-coherent cache where the type has an __ldg overload.
