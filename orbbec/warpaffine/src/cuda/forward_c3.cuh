@@ -7,8 +7,9 @@ namespace warpaffine {
 namespace forward_cuda {
 
 // 3-channel uint8 bilinear images, pixel by pixel. The kernel is bound by the instructions it
-// issues (ncu on the H100, det workload: 3.4 of 4 per cycle), so it is written for few of them:
-// - a thread computes kC3Px = 8 pixels of a row (x0 + 8k), so the set-up of a tile (image,
+// issues and by L1 (ncu on the H100, det workload, uint8 NCHW / NHWC: issue slots 69% / 75% busy,
+// L1 95% / 85%), so it is written for few instructions and few load requests:
+// - a thread computes kC3Px = 8 pixels of a row (x0 + 16k), so the set-up of a tile (image,
 //   matrix, row terms, output address) is paid once per 8 pixels; the grid is 3-D (tile column,
 //   tile row, image): no division to find a tile;
 // - a pixel whose taps all lie in the image takes the inner path: channel and column steps are
@@ -23,19 +24,17 @@ namespace forward_cuda {
 //   rim tests its 4 taps once for the 3 channels; other modes take the shared sampler.
 // Coordinates and blending are the shared header's, so results are the general path's bit for bit.
 
-// A thread computes kC3Px pixels of a row, 8 apart: 8 measured faster than 16 (H100: det NHWC
-// 0.202 vs 0.216 ms, face NCHW 0.127 vs 0.145 ms; fewer blocks left the last wave short).
-#ifndef ORBBEC_C3_MIN_BLOCKS
-#define ORBBEC_C3_MIN_BLOCKS 5
-#endif
-#ifndef ORBBEC_C3_SHARED_WW
-#define ORBBEC_C3_SHARED_WW 1
-#endif
-#ifndef ORBBEC_C3_PATCH_W
-#define ORBBEC_C3_PATCH_W 16
-#endif
-constexpr int kC3PatchW = ORBBEC_C3_PATCH_W, kC3PatchH = 32 / kC3PatchW, kC3TileH = kC3PatchH * (kThreads / 32);
-constexpr int kC3Px = 8, kC3TileW = kC3PatchW * kC3Px;  // a block covers 64 x 32 output pixels
+// A warp covers a patch of 16 x 2 output pixels per step (kC3PatchW x kC3PatchH), and a thread
+// computes kC3Px = 8 pixels of a row, 16 apart: a block covers 128 x 16 output pixels. H100 ncu,
+// NCHW / NHWC, against 8 x 4 patches: face 90.5 / 73.3 -> 87.5 / 72.7 us, det 269.5 / 197.5 ->
+// 234.2 / 194.3 us, hd 108.2 / 73.1 -> 91.6 / 70.4 us (with the shared plane window below; 32 x 1
+// was slower on face and det). A patch row of 16 spans more banks of a 128-byte line, so a load
+// instruction's lanes conflict less (det rows are 640 bytes, a whole number of lines: the 4 rows
+// of an 8 x 4 patch landed on the same banks). 8 pixels per thread measured faster than 16 with 8 x 4
+// patches (det NHWC 0.202 vs 0.216 ms, face NCHW 0.127 vs 0.145 ms: fewer blocks left the last
+// wave short).
+constexpr int kC3PatchW = 16, kC3PatchH = 32 / kC3PatchW, kC3TileH = kC3PatchH * (kThreads / 32);
+constexpr int kC3Px = 8, kC3TileW = kC3PatchW * kC3Px;
 
 // uint8 taps are handled as the floats 2^23 + b ("biased": 0x4B0000bb, an exact conversion
 // without the slow integer-to-float unit; biased_byte below). A difference of two biased taps is
@@ -101,33 +100,40 @@ __device__ __forceinline__ out_t c3_output(const OutputTransform& ot, float v, i
 // Outputs narrower than 4 bytes go through shared memory. Written straight from the pixel loop,
 // each store instruction put 1 or 2 bytes per lane into 4 rows, and the 3 channels' stores hit
 // the same sectors again: ncu (H100, det, uint8) counted 6 times the ideal L2 store sectors and
-// L2 84% busy. A warp instead leaves its 4 x 64 pixels in a stage laid out like the output, then
+// L2 84% busy. A warp instead leaves its 2 x 128 pixels in a stage laid out like the output, then
 // copies each contiguous run out in 32-bit words.
+// Runs of the stage (see copy_stage) start 16 words (64 bytes) after the previous run's end: at a
+// whole number of 128-byte lines apart, a store or copy instruction's two rows hit the same banks
+// (H100 ncu, NCHW / NHWC: face 86.7 / 72.4 -> 86.4 / 70.8 us, det 234.6 / 195.7 -> 231.2 / 193.8,
+// hd 92.6 / 70.4 -> 89.3 / 69.9).
 template <typename out_t, int kTileW>
 struct C3Stage {
   static constexpr bool kUsed = sizeof(out_t) < 4;
-  static constexpr int kWarpValues = kC3PatchH * kTileW * 3;  // one warp's 4 rows x kTileW pixels x 3 channels
+  static constexpr int kPad = 64 / int(sizeof(out_t));
+  static constexpr int kPitchNHWC = kTileW * 3 + kPad, kPitchNCHW = kTileW + kPad;  // values from run to run
+  static constexpr int kWarpValues = 3 * kC3PatchH * kPitchNCHW > kC3PatchH * kPitchNHWC ? 3 * kC3PatchH * kPitchNCHW
+                                                                                           : kC3PatchH * kPitchNHWC;
 };
 
-// Copies one warp's stage to the output. The stage holds kRuns runs of kStride values (a run: a
-// row of the warp's 4 x 64 pixels, NHWC; a (channel, row) pair, NCHW); lane l copies row l / 8
-// of each run group, taking every 8th word from word l % 8, so its addresses are one row pointer
-// plus constant offsets. dst(run) is nullptr for rows past the output's last. The first n values
-// of each run go out as 32-bit words where the caller found every run word-aligned and n values a
-// whole number of words (a partial tile too: face's 112-pixel rows end in a 48-pixel tile, which
-// went out value by value), else value by value.
-template <int kRuns, int kStride, typename out_t, typename Dst>
+// Copies one warp's stage to the output. The stage holds kRuns runs of kLen values, kPitch apart
+// (a run: a row of the warp's 2 x 128 pixels, NHWC; a (channel, row) pair, NCHW); lane l copies
+// run l / 16 of each run group, taking every 16th word from word l % 16, so its addresses are one
+// row pointer plus constant offsets. dst(run) is nullptr for rows past the output's last. The
+// first n values of each run go out as 32-bit words where the caller found every run word-aligned
+// and n values a whole number of words (a partial tile too: face's 112-pixel rows end in a partial
+// tile, which went out value by value), else value by value.
+template <int kRuns, int kLen, int kPitch, typename out_t, typename Dst>
 __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words, int lane, const Dst& dst) {
-  constexpr int kLanesPerRun = 32 / kC3PatchH;  // 8
+  constexpr int kLanesPerRun = 32 / kC3PatchH;  // 16
   const int run0 = lane / kLanesPerRun, part = lane % kLanesPerRun;
   if (words) {
-    constexpr int kWords = kStride * int(sizeof(out_t)) / 4;
+    constexpr int kWords = kLen * int(sizeof(out_t)) / 4;
     static_assert(kWords % kLanesPerRun == 0, "a run is a whole number of words per lane");
     const int n_words = n * int(sizeof(out_t)) / 4;
 #pragma unroll
     for (int run = run0; run < kRuns; run += kC3PatchH) {
       unsigned* d = reinterpret_cast<unsigned*>(dst(run));
-      const unsigned* s32 = reinterpret_cast<const unsigned*>(stage + run * kStride);
+      const unsigned* s32 = reinterpret_cast<const unsigned*>(stage + run * kPitch);
       if (d) {
 #pragma unroll
         for (int w = part; w < kWords; w += kLanesPerRun) {
@@ -139,14 +145,14 @@ __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words
     for (int run = run0; run < kRuns; run += kC3PatchH) {
       out_t* d = dst(run);
       if (d) {
-        for (int j = part; j < n; j += kLanesPerRun) d[j] = stage[run * kStride + j];
+        for (int j = part; j < n; j += kLanesPerRun) d[j] = stage[run * kPitch + j];
       }
     }
   }
 }
 
 template <bool kNHWC, bool kNormalize, typename out_t>
-__global__ void __launch_bounds__(kThreads, ORBBEC_C3_MIN_BLOCKS)
+__global__ void __launch_bounds__(kThreads, 5)
     warp_c3_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats) {
   using Stage = C3Stage<out_t, kC3TileW>;
   __shared__ __align__(16) out_t stage_all[Stage::kUsed ? kThreads / 32 * Stage::kWarpValues : 1];
@@ -157,13 +163,13 @@ __global__ void __launch_bounds__(kThreads, ORBBEC_C3_MIN_BLOCKS)
   const bool constant_border = p.border == kConstant, ocl = p.out_channels_last;
   const int tiles_x = (OW + kC3TileW - 1) / kC3TileW, tiles_y = (OH + kC3TileH - 1) / kC3TileH;
   // Where this thread's pixel k, channel c goes: o[k * o_step + c * o_c] in the output, or
-  // stage[s_px + k * o_step + c * s_c] in the warp's stage (the output's layout, 4 x 64 pixels).
+  // stage[s_px + k * o_step + c * s_c] in the warp's stage (the output's layout, 2 x 128 pixels).
   const int o_step = ocl ? kC3PatchW * 3 : kC3PatchW;
   const int64_t o_c = ocl ? 1 : p.OH * p.OW;
   out_t* stage = stage_all + (Stage::kUsed ? warp * Stage::kWarpValues : 0);
   const int s_row = lane / kC3PatchW;
-  const int s_px = ocl ? (s_row * kC3TileW + lx) * 3 : s_row * kC3TileW + lx;
-  const int s_c = ocl ? 1 : kC3PatchH * kC3TileW;
+  const int s_px = ocl ? s_row * Stage::kPitchNHWC + lx * 3 : s_row * Stage::kPitchNCHW + lx;
+  const int s_c = ocl ? 1 : kC3PatchH * Stage::kPitchNCHW;
   for (int64_t b = blockIdx.z; b < p.B; b += gridDim.z) {
     const ImageDesc im = p.images ? p.images[b] : ImageDesc{p.base + b * p.image_bytes, p.H, p.W};
     const uint8_t* src = im.data;
@@ -176,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, ORBBEC_C3_MIN_BLOCKS)
       if (!Stage::kUsed && row0 >= OH) continue;  // the whole warp (with a stage, it takes part in the barriers)
       for (int tx = blockIdx.x; tx < tiles_x; tx += gridDim.x) {
         const int tile_x = tx * kC3TileW, x0 = tile_x + lx;
-        // pixels x0 + 8k of this thread inside the output (0 for lanes past its edge, which still
+        // pixels x0 + 16k of this thread inside the output (0 for lanes past its edge, which still
         // take part in the warp's copy of the stage)
         const int npx = y < OH && x0 < OW ? min(kC3Px, (OW - x0 + kC3PatchW - 1) / kC3PatchW) : 0;
         out_t* o = out + (ocl ? ((b * p.OH + y) * p.OW + x0) * 3 : (b * 3 * p.OH + y) * p.OW + x0);
@@ -211,8 +217,9 @@ __global__ void __launch_bounds__(kThreads, ORBBEC_C3_MIN_BLOCKS)
               load_nhwc_c3_row(q + sy, r1);
 #pragma unroll
               for (int c = 0; c < 3; ++c) v[c] = blend_biased(r0[c], r0[c + 3], r1[c], r1[c + 3], fx, fy);
-            } else if (ORBBEC_C3_SHARED_WW && planes_aligned) {
+            } else if (planes_aligned) {
               // planes a whole number of words apart: the 3 channels' taps share one window per row
+              // (H100 ncu, NCHW: face 92.7 -> 87.5 us, det 242.9 -> 234.2, hd 94.0 -> 91.6)
               const WordWindow r0(q), r1(q + sy);
 #pragma unroll
               for (int c = 0; c < 3; ++c) {
@@ -285,11 +292,11 @@ __global__ void __launch_bounds__(kThreads, ORBBEC_C3_MIN_BLOCKS)
           const bool words = ((reinterpret_cast<uintptr_t>(first) | row_stride * sizeof(out_t) |
                                (ocl ? 0 : o_c * sizeof(out_t)) | cols * (ocl ? 3 : 1) * sizeof(out_t)) & 3) == 0;
           if (ocl) {  // runs: the warp's rows
-            copy_stage<kC3PatchH, kC3TileW * 3>(stage, cols * 3, words, lane, [&](int r) -> out_t* {
+            copy_stage<kC3PatchH, kC3TileW * 3, Stage::kPitchNHWC>(stage, cols * 3, words, lane, [&](int r) -> out_t* {
               return r < rows ? first + r * row_stride : nullptr;
             });
           } else {  // runs: (channel, row) pairs
-            copy_stage<3 * kC3PatchH, kC3TileW>(stage, cols, words, lane, [&](int i) -> out_t* {
+            copy_stage<3 * kC3PatchH, kC3TileW, Stage::kPitchNCHW>(stage, cols, words, lane, [&](int i) -> out_t* {
               const int c = i / kC3PatchH, r = i % kC3PatchH;
               return r < rows ? first + c * o_c + r * row_stride : nullptr;
             });
@@ -311,7 +318,8 @@ void launch_c3(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
   auto kernel = p.ot.normalize ? warp_c3_kernel<false, true, out_t> : warp_c3_kernel<false, false, out_t>;
   if (p.in_channels_last) kernel = p.ot.normalize ? warp_c3_kernel<true, true, out_t> : warp_c3_kernel<true, false, out_t>;
   // the border values the kernel writes, per output channel: the source channel's value saturated
-  // to uint8 as cv2 does (Store's host version rounds like the device's), converted once here
+  // to uint8 as cv2 does (Store's host version rounds like the device's), converted once here, not
+  // per border pixel (H100 ncu, NCHW / NHWC: face 95.0 / 75.0 -> 90.5 / 73.3 us, det NHWC 201 -> 198)
   ForwardParams q = p;
   for (int c = 0; c < 3; ++c) q.c3_border[c] = static_cast<float>(Store<uint8_t, double>::cast(p.bv[p.ot.source_channel(c, 3)]));
   kernel<<<grid, kThreads, 0, current_stream()>>>(q, out.data_ptr<out_t>(), mat.data_ptr<double>());
