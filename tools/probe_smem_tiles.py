@@ -64,14 +64,17 @@ extern "C" __global__ void __launch_bounds__(256) smem_warp(const unsigned char*
   const bool empty = bx1 < bx0 || by1 < by0;
   const int n16 = empty ? 0 : (bx1 + 1 - bx0 + 15) / 16, rows = empty ? 0 : by1 - by0 + 1;
   const int pitch = n16 * 16 + 16;
-  const bool fits = 3 * rows * pitch <= cap;
+  const bool fits = n16 <= 8 && 3 * rows * pitch <= cap;
   if (!fits && t == 0) atomicAdd(overflow, 1);
   if (fits) {
-    const int total = 3 * rows * n16;
-    for (int i = t; i < total; i += 256) {
-      const int c = i / (rows * n16), r = (i / n16) % rows, k = i % n16;
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(img + ((size_t)(b * 3 + c) * H + by0 + r) * W + bx0) + k);
-      *reinterpret_cast<uint4*>(sm + (c * rows + r) * pitch + 16 * k) = v;
+    // 8 lanes per staged row (16 bytes each, lanes past n16 idle): no integer division per chunk
+    const int k = t % 8;
+    for (int cr = t / 8; cr < 3 * rows; cr += 32) {
+      const int c = cr >= rows ? (cr >= 2 * rows ? 2 : 1) : 0, r = cr - c * rows;
+      if (k < n16) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(img + ((size_t)(b * 3 + c) * H + by0 + r) * W + bx0) + k);
+        *reinterpret_cast<uint4*>(sm + cr * pitch + 16 * k) = v;
+      }
     }
   }
   __syncthreads();
