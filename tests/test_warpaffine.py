@@ -207,7 +207,7 @@ def test_unaligned_hwc_images(device, offset):
 def test_cuda_output_tiles_of_every_shape(out_hw, in_layout, border):
     # The CUDA 3-channel kernel writes 1- and 2-byte outputs through a per-warp stage, as whole
     # words where a tile's rows are word-aligned and a whole number of words (full tiles, and
-    # partial ones such as the 48 columns that end face's 112), value by value elsewhere (odd
+    # partial ones such as face's 112 columns in a 128-column tile), value by value elsewhere (odd
     # widths): each shape here takes a different mix. uint8 against the CPU bit for
     # bit; float16 / bfloat16 against the float32 output (which the kernel writes directly).
     oh, ow = out_hw

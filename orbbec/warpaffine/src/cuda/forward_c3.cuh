@@ -72,7 +72,6 @@ __device__ __forceinline__ void load_pair_biased(const WordWindow& ww, int words
   a = biased_byte<0>(lo);
   b = biased_byte<1>(lo);
 }
-__device__ __forceinline__ void load_pair_biased(const uint8_t* q, float& a, float& b) { load_pair_biased(WordWindow(q), 0, a, b); }
 
 // The 6 bytes q[0..5] of an NHWC tap row (pixels x0 and x0 + 1, 3 channels), biased, from 2 aligned
 // words, or 3 when q[5] is in the third.
@@ -217,25 +216,23 @@ __global__ void __launch_bounds__(kThreads, 5)
               load_nhwc_c3_row(q + sy, r1);
 #pragma unroll
               for (int c = 0; c < 3; ++c) v[c] = blend_biased(r0[c], r0[c + 3], r1[c], r1[c + 3], fx, fy);
-            } else if (planes_aligned) {
-              // planes a whole number of words apart: the 3 channels' taps share one window per row
-              // (H100 ncu, NCHW: face 92.7 -> 87.5 us, det 242.9 -> 234.2, hd 94.0 -> 91.6)
-              const WordWindow r0(q), r1(q + sy);
-#pragma unroll
-              for (int c = 0; c < 3; ++c) {
-                float b00, b01, b10, b11;
-                load_pair_biased(r0, c * sc_words, b00, b01);
-                load_pair_biased(r1, c * sc_words, b10, b11);
-                v[c] = blend_biased(b00, b01, b10, b11, fx, fy);
-              }
             } else {
-#pragma unroll
-              for (int c = 0; c < 3; ++c) {
-                const uint8_t* qc = q + c * sc;
+              // one channel: its tap pairs from the windows of rows iy and iy + 1, `words` further on
+              auto blend_plane = [&](const WordWindow& row0, const WordWindow& row1, int words) {
                 float b00, b01, b10, b11;
-                load_pair_biased(qc, b00, b01);
-                load_pair_biased(qc + sy, b10, b11);
-                v[c] = blend_biased(b00, b01, b10, b11, fx, fy);
+                load_pair_biased(row0, words, b00, b01);
+                load_pair_biased(row1, words, b10, b11);
+                return blend_biased(b00, b01, b10, b11, fx, fy);
+              };
+              if (planes_aligned) {
+                // planes a whole number of words apart: the 3 channels' taps share one window per row
+                // (H100 ncu, NCHW: face 92.7 -> 87.5 us, det 242.9 -> 234.2, hd 94.0 -> 91.6)
+                const WordWindow r0(q), r1(q + sy);
+#pragma unroll
+                for (int c = 0; c < 3; ++c) v[c] = blend_plane(r0, r1, c * sc_words);
+              } else {
+#pragma unroll
+                for (int c = 0; c < 3; ++c) v[c] = blend_plane(WordWindow(q + c * sc), WordWindow(q + c * sc + sy), 0);
               }
             }
             // a select, not v[source_channel(c)]: a runtime index would put v in local memory
@@ -277,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 5)
 #pragma unroll
             for (int c = 0; c < 3; ++c) {
               const int cs = static_cast<int>(p.ot.source_channel(c, 3));
-              put(k, c, sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, border_value<float, uint8_t>(p.bv, cs)));
+              put(k, c, sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, p.c3_border[c]));
             }
           }
         }
@@ -321,7 +318,7 @@ void launch_c3(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
   // to uint8 as cv2 does (Store's host version rounds like the device's), converted once here, not
   // per border pixel (H100 ncu, NCHW / NHWC: face 95.0 / 75.0 -> 90.5 / 73.3 us, det NHWC 201 -> 198)
   ForwardParams q = p;
-  for (int c = 0; c < 3; ++c) q.c3_border[c] = static_cast<float>(Store<uint8_t, double>::cast(p.bv[p.ot.source_channel(c, 3)]));
+  for (int c = 0; c < 3; ++c) q.c3_border[c] = border_value<float, uint8_t>(p.bv, p.ot.source_channel(c, 3));
   kernel<<<grid, kThreads, 0, current_stream()>>>(q, out.data_ptr<out_t>(), mat.data_ptr<double>());
   ORBBEC_LAUNCH_CHECK();
 }

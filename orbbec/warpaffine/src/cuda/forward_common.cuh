@@ -66,9 +66,10 @@ __device__ __forceinline__ float load_acc<float, uint8_t>(const uint8_t* p) {
   return __fsub_rn(__uint_as_float(0x4B000000u | __ldg(p)), 8388608.0f);
 }
 
-// Channel c's constant border value as the image type holds it (cv2 saturates it), in acc_t.
+// Channel c's constant border value as the image type holds it (cv2 saturates it), in acc_t. On
+// the host too: launch_c3 converts its border values once (Store rounds alike on both sides).
 template <typename acc_t, typename in_t>
-__device__ __forceinline__ acc_t border_value(const BorderValues& bv, int64_t c) {
+__host__ __device__ __forceinline__ acc_t border_value(const BorderValues& bv, int64_t c) {
   return static_cast<acc_t>(Store<in_t, double>::cast(bv[c]));
 }
 
