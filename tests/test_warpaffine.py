@@ -228,6 +228,23 @@ def test_cuda_output_tiles_of_every_shape(out_hw, in_layout, border):
             assert torch.equal(warp_affine(src.cuda(), M.cuda(), (ow, oh), out_dtype=dtype, **norm), ref.to(dtype))
 
 
+@requires_cuda
+@pytest.mark.parametrize("in_layout", ["NCHW", "NHWC"])
+def test_cuda_blocks_over_several_rows_of_tiles(in_layout):
+    # A batch of many output tiles (here 24 x 8 x 64 tiles of 128 x 16 pixels, more than 4 waves of
+    # blocks on an H100) has each block of the 3-channel kernel loop over up to 4 rows of tiles:
+    # every tile must still be written, once, as the CPU writes it.
+    imgs, mats = _batch(41, (300, 400), (1024, 1000), n=24)
+    src = _to_nchw(imgs, "cpu")
+    if in_layout == "NHWC":
+        src = src.contiguous(memory_format=torch.channels_last)
+    M = torch.from_numpy(mats)
+    kw = dict(border_mode="constant", border_value=(9, 99, 199), reverse_channels=True)
+    cpu = warp_affine(src, M, (1000, 1024), **kw)
+    cuda = warp_affine(src.cuda(), M.cuda(), (1000, 1024), **kw)
+    assert torch.equal(cuda.cpu(), cpu)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("hw", [(1, 1), (1, 9), (9, 1), (2, 2)])
 @pytest.mark.parametrize("border", BORDERS)

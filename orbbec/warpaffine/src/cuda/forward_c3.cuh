@@ -95,6 +95,25 @@ template <typename out_t, bool kNormalize>
 __device__ __forceinline__ out_t c3_output(const OutputTransform& ot, float v, int c) {
   return Store<out_t, float>::cast(kNormalize ? ot.normalized(v, c) : v);
 }
+// The same for a pixel of the inner path. A uint8 warp skips Store's clamp there: each step of the
+// blend keeps its value between the taps it mixes (rounding is monotone and the weights lie in
+// [0, 1)), up to the rounding of the last difference, a few units in the last place, far less than
+// the half level that would change the rounded byte. 6 instructions fewer per pixel.
+template <typename out_t, bool kNormalize>
+__device__ __forceinline__ out_t c3_inner_output(const OutputTransform& ot, float v, int c) {
+  if constexpr (std::is_same<out_t, uint8_t>::value && !kNormalize) {
+    return static_cast<uint8_t>(__float_as_uint(__fadd_rn(v, 8388608.0f)));
+  } else {
+    return c3_output<out_t, kNormalize>(ot, v, c);
+  }
+}
+
+// Source coordinate of column x: source_coord_rounded as one double fma. m0_f holds a float and x
+// an integer below 2^24, so their product is exact in double and the fma rounds once, like the
+// shared header's multiply-then-add: the same bits, one instruction fewer per coordinate.
+__device__ __forceinline__ float source_coord_fma(double m0_f, double row_term_f, double x) {
+  return static_cast<float>(__fma_rn(m0_f, x, row_term_f));
+}
 
 // Outputs narrower than 4 bytes go through shared memory. Written straight from the pixel loop,
 // each store instruction put 1 or 2 bytes per lane into 4 rows, and the 3 channels' stores hit
@@ -160,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, 5)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int lx = lane % kC3PatchW;
   const bool constant_border = p.border == kConstant, ocl = p.out_channels_last;
+  const int co0 = p.ot.reverse_channels ? 2 : 0, co2 = 2 - co0;  // output channels of sampled channels 0 and 2
   const int tiles_x = (OW + kC3TileW - 1) / kC3TileW, tiles_y = (OH + kC3TileH - 1) / kC3TileH;
   // Where this thread's pixel k, channel c goes: o[k * o_step + c * o_c] in the output, or
   // stage[s_px + k * o_step + c * s_c] in the warp's stage (the output's layout, 2 x 128 pixels).
@@ -185,14 +205,14 @@ __global__ void __launch_bounds__(kThreads, 5)
         // take part in the warp's copy of the stage)
         const int npx = y < OH && x0 < OW ? min(kC3Px, (OW - x0 + kC3PatchW - 1) / kC3PatchW) : 0;
         out_t* o = out + (ocl ? ((b * p.OH + y) * p.OW + x0) * 3 : (b * 3 * p.OH + y) * p.OW + x0);
-        auto put = [&](int k, int c, float v) {
-          const out_t value = c3_output<out_t, kNormalize>(p.ot, v, c);
+        auto store = [&](int k, int c, out_t value) {
           if constexpr (Stage::kUsed) {
             stage[s_px + k * o_step + c * s_c] = value;
           } else {
             o[k * o_step + c * o_c] = value;
           }
         };
+        auto put = [&](int k, int c, float v) { store(k, c, c3_output<out_t, kNormalize>(p.ot, v, c)); };
         // the matrix terms, per tile: kept across the tile loop they took registers from the stage copy
         const double m0 = round_to_float(__ldg(M)), m3 = round_to_float(__ldg(M + 3));
         const double rx = round_to_float(row_term(__ldg(M + 1), __ldg(M + 2), y));
@@ -201,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 5)
         unsigned edge = 0;  // pixels left for the border-aware sampler
 #pragma unroll 1
         for (int k = 0; k < npx; ++k, xd += kC3PatchW) {
-          const float sxf = source_coord_rounded(m0, rx, xd), syf = source_coord_rounded(m3, ry, xd);
+          const float sxf = source_coord_fma(m0, rx, xd), syf = source_coord_fma(m3, ry, xd);
           const bool valid = coord_ok(sxf) && coord_ok(syf);
           // floor (make_taps' floor_coord for the coordinates that pass coord_ok; others unused)
           const int ix = __float2int_rd(sxf), iy = __float2int_rd(syf);
@@ -235,9 +255,11 @@ __global__ void __launch_bounds__(kThreads, 5)
                 for (int c = 0; c < 3; ++c) v[c] = blend_plane(WordWindow(q + c * sc), WordWindow(q + c * sc + sy), 0);
               }
             }
-            // a select, not v[source_channel(c)]: a runtime index would put v in local memory
-#pragma unroll
-            for (int c = 0; c < 3; ++c) put(k, c, p.ot.reverse_channels ? v[2 - c] : v[c]);
+            // sampled channel c goes to output channel c, or 2 - c reversed: the reversal picks store
+            // offsets (hoisted out of the loop), not values (a select per channel and pixel)
+            store(k, co0, c3_inner_output<out_t, kNormalize>(p.ot, v[0], co0));
+            store(k, 1, c3_inner_output<out_t, kNormalize>(p.ot, v[1], 1));
+            store(k, co2, c3_inner_output<out_t, kNormalize>(p.ot, v[2], co2));
           } else if (constant_border && (!valid || static_cast<unsigned>(ix + 1) > static_cast<unsigned>(W) ||
                                          static_cast<unsigned>(iy + 1) > static_cast<unsigned>(H))) {
 #pragma unroll
@@ -309,8 +331,13 @@ __global__ void __launch_bounds__(kThreads, 5)
 template <typename out_t>
 void launch_c3(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
   const int64_t tiles_x = (p.OW + kC3TileW - 1) / kC3TileW, tiles_y = (p.OH + kC3TileH - 1) / kC3TileH;
+  // Rows of tiles per block: a block's set-up before its first tile (registers, addresses, about
+  // 200 instructions per warp; ncu: 16% of det's instructions with one tile per block) is paid once
+  // for up to 4 tiles, as long as 4 waves of blocks remain to balance the SMs (det: 4; face, hd: 1).
+  const int64_t resident = int64_t(multiprocessor_count()) * 5;
+  const int64_t rows_per_block = std::max<int64_t>(1, std::min<int64_t>(4, tiles_x * tiles_y * p.B / (4 * resident)));
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles_x, int64_t(1) << 30)),
-                  static_cast<unsigned>(std::min<int64_t>(tiles_y, 65535)),
+                  static_cast<unsigned>(std::min<int64_t>((tiles_y + rows_per_block - 1) / rows_per_block, 65535)),
                   static_cast<unsigned>(std::min<int64_t>(p.B, 65535)));
   auto kernel = p.ot.normalize ? warp_c3_kernel<false, true, out_t> : warp_c3_kernel<false, false, out_t>;
   if (p.in_channels_last) kernel = p.ot.normalize ? warp_c3_kernel<true, true, out_t> : warp_c3_kernel<true, false, out_t>;
