@@ -35,6 +35,8 @@ namespace forward_cuda {
 // wave short).
 constexpr int kC3PatchW = 16, kC3PatchH = 32 / kC3PatchW, kC3TileH = kC3PatchH * (kThreads / 32);
 constexpr int kC3Px = 8, kC3TileW = kC3PatchW * kC3Px;
+// Blocks per SM the kernel's registers are cut for (48 per thread); launch_c3 sizes its grid by it.
+constexpr int kC3BlocksPerSM = 5;
 
 // uint8 taps are handled as the floats 2^23 + b ("biased": 0x4B0000bb, an exact conversion
 // without the slow integer-to-float unit; biased_byte below). A difference of two biased taps is
@@ -129,8 +131,7 @@ struct C3Stage {
   static constexpr bool kUsed = sizeof(out_t) < 4;
   static constexpr int kPad = 64 / int(sizeof(out_t));
   static constexpr int kPitchNHWC = kTileW * 3 + kPad, kPitchNCHW = kTileW + kPad;  // values from run to run
-  static constexpr int kWarpValues = 3 * kC3PatchH * kPitchNCHW > kC3PatchH * kPitchNHWC ? 3 * kC3PatchH * kPitchNCHW
-                                                                                           : kC3PatchH * kPitchNHWC;
+  static constexpr int kWarpValues = std::max(3 * kC3PatchH * kPitchNCHW, kC3PatchH * kPitchNHWC);
 };
 
 // Copies one warp's stage to the output. The stage holds kRuns runs of kLen values, kPitch apart
@@ -170,7 +171,7 @@ __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words
 }
 
 template <bool kNHWC, bool kNormalize, typename out_t>
-__global__ void __launch_bounds__(kThreads, 5)
+__global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
     warp_c3_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats) {
   using Stage = C3Stage<out_t, kC3TileW>;
   __shared__ __align__(16) out_t stage_all[Stage::kUsed ? kThreads / 32 * Stage::kWarpValues : 1];
@@ -334,7 +335,7 @@ void launch_c3(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
   // Rows of tiles per block: a block's set-up before its first tile (registers, addresses, about
   // 200 instructions per warp; ncu: 16% of det's instructions with one tile per block) is paid once
   // for up to 4 tiles, as long as 4 waves of blocks remain to balance the SMs (det: 4; face, hd: 1).
-  const int64_t resident = int64_t(multiprocessor_count()) * 5;
+  const int64_t resident = int64_t(multiprocessor_count()) * kC3BlocksPerSM;
   const int64_t rows_per_block = std::max<int64_t>(1, std::min<int64_t>(4, tiles_x * tiles_y * p.B / (4 * resident)));
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles_x, int64_t(1) << 30)),
                   static_cast<unsigned>(std::min<int64_t>((tiles_y + rows_per_block - 1) / rows_per_block, 65535)),
