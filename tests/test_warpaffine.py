@@ -205,11 +205,11 @@ def test_unaligned_hwc_images(device, offset):
 @pytest.mark.parametrize("in_layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("border", ["constant", "replicate"])
 def test_cuda_output_tiles_of_every_shape(out_hw, in_layout, border):
-    # The CUDA 3-channel kernel writes 1- and 2-byte outputs through a per-warp stage, as whole
+    # The CUDA 3-channel kernel writes its outputs through a stage in shared memory, as whole
     # words where a tile's rows are word-aligned and a whole number of words (full tiles, and
     # partial ones such as face's 112 columns in a 128-column tile), value by value elsewhere (odd
-    # widths): each shape here takes a different mix. uint8 against the CPU bit for
-    # bit; float16 / bfloat16 against the float32 output (which the kernel writes directly).
+    # widths): each shape here takes a different mix. uint8 and float32 against the CPU bit for
+    # bit; float16 / bfloat16 against the float32 output.
     oh, ow = out_hw
     imgs, mats = _batch(29, (150, 170), out_hw, n=3)
     src = _to_nchw(imgs, "cpu")
@@ -224,8 +224,40 @@ def test_cuda_output_tiles_of_every_shape(out_hw, in_layout, border):
         assert cuda.is_contiguous(memory_format=fmt) and torch.equal(cuda.cpu(), cpu)
         norm = dict(mean=[100.0, 110.0, 120.0], std=[50.0, 55.0, 60.0], out_layout=out_layout, **kw)
         ref = warp_affine(src.cuda(), M.cuda(), (ow, oh), out_dtype=torch.float32, **norm)
+        assert torch.equal(ref.cpu(), warp_affine(src, M, (ow, oh), out_dtype=torch.float32, **norm))
         for dtype in (torch.float16, torch.bfloat16):
             assert torch.equal(warp_affine(src.cuda(), M.cuda(), (ow, oh), out_dtype=dtype, **norm), ref.to(dtype))
+
+
+@requires_cuda
+@pytest.mark.parametrize("in_layout", ["NCHW", "NHWC"])
+def test_cuda_sheared_lanes_at_every_angle(in_layout):
+    # The 3-channel kernel shears its lanes down the tile's rows by round(t * lane) mod 16, t the
+    # slope of a source row in the output (capped at 1, none when it is not finite): every angle
+    # must still write each pixel once, as the CPU does. Angles cover both signs of t, |t| < 1,
+    # |t| = 1, |t| > 1, 90 degrees (t huge), a mirror, and a constant source row (t = 0 / 0); the
+    # output has partial tiles on both axes, where shifted rows fall past the last row.
+    h, w = 150, 170
+    imgs = [sample_photos((h, w))[i % 4] for i in range(12)]
+    angles = [0.0, 12.0, -12.0, 33.0, -41.0, 45.0, -45.0, 63.0, 90.0, -90.0, 180.0, 251.0]
+    mats = []
+    for i, angle in enumerate(angles):
+        m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 0.9 + 0.05 * i)
+        m[:, 2] += (-20.0 + 3 * i, 11.0 - 2 * i)
+        mats.append(m)
+    mats[3][:, 2] += mats[3][:, 0] * 130.0  # mirrored: column x samples where column 130 - x did
+    mats[3][:, 0] *= -1.0
+    mats[11][1] = (0.0, 0.0, 75.3)  # every output pixel samples between source rows 75 and 76
+    src = _to_nchw(imgs, "cpu")
+    if in_layout == "NHWC":
+        src = src.contiguous(memory_format=torch.channels_last)
+    M = torch.from_numpy(np.stack(mats))
+    kw = dict(border_mode="constant", border_value=(9, 99, 199), inverse_map=True)
+    norm = dict(out_dtype=torch.float32, mean=[100.0, 110.0, 120.0], std=[50.0, 55.0, 60.0])
+    for extra in ({}, norm):
+        cpu = warp_affine(src, M, (131, 45), **kw, **extra)
+        cuda = warp_affine(src.cuda(), M.cuda(), (131, 45), **kw, **extra)
+        assert torch.equal(cuda.cpu(), cpu)
 
 
 @requires_cuda

@@ -9,9 +9,10 @@ namespace forward_cuda {
 // 3-channel uint8 bilinear images, pixel by pixel. The kernel is bound by the instructions it
 // issues and by L1 (ncu on the H100, det workload, uint8 NCHW / NHWC: issue slots 69% / 75% busy,
 // L1 95% / 85%), so it is written for few instructions and few load requests:
-// - a thread computes kC3Px = 8 pixels of a row (x0 + 16k), so the set-up of a tile (image,
-//   matrix, row terms, output address) is paid once per 8 pixels; the grid is 3-D (tile column,
-//   tile row, image): no division to find a tile;
+// - a warp's 32 lanes take 32 adjacent columns, sheared so that one load instruction reads along
+//   one source row (below); a thread computes kC3Px = 4 pixels of each of kC3WarpRows = 2 rows,
+//   so a row's terms are paid once per 4 pixels; the grid is 3-D (tile column, tile row, image):
+//   no division to find a tile;
 // - a pixel whose taps all lie in the image takes the inner path: channel and column steps are
 //   compile-time constants (a row pointer plus immediate offsets), tap rows are read as aligned
 //   32-bit words (NHWC: 2 or 3 per row instead of 6 byte loads; NCHW: 1, or 2 in a quarter of the
@@ -24,17 +25,18 @@ namespace forward_cuda {
 //   rim tests its 4 taps once for the 3 channels; other modes take the shared sampler.
 // Coordinates and blending are the shared header's, so results are the general path's bit for bit.
 
-// A warp covers a patch of 16 x 2 output pixels per step (kC3PatchW x kC3PatchH), and a thread
-// computes kC3Px = 8 pixels of a row, 16 apart: a block covers 128 x 16 output pixels. H100 ncu,
-// NCHW / NHWC, against 8 x 4 patches: face 90.5 / 73.3 -> 87.5 / 72.7 us, det 269.5 / 197.5 ->
-// 234.2 / 194.3 us, hd 108.2 / 73.1 -> 91.6 / 70.4 us (with the shared plane window below; 32 x 1
-// was slower on face and det). A patch row of 16 spans more banks of a 128-byte line, so a load
-// instruction's lanes conflict less (det rows are 640 bytes, a whole number of lines: the 4 rows
-// of an 8 x 4 patch landed on the same banks). 8 pixels per thread measured faster than 16 with 8 x 4
-// patches (det NHWC 0.202 vs 0.216 ms, face NCHW 0.127 vs 0.145 ms: fewer blocks left the last
-// wave short).
-constexpr int kC3PatchW = 16, kC3PatchH = 32 / kC3PatchW, kC3TileH = kC3PatchH * (kThreads / 32);
-constexpr int kC3Px = 8, kC3TileW = kC3PatchW * kC3Px;
+// The sheared mapping. A block covers a tile of 128 x 16 output pixels. At step (j, k), lane l of
+// warp w computes column 32k + l of tile row (2w + j + shift_l) mod 16, shift_l = round(t * l), t
+// the output slope along which the source row stays the same (c3_lane_shift): the 32 pixels of a
+// step lie on one or two output lines that map to one source row each, so one load instruction
+// reads one or two stretches of a source row. Without the shear a warp read across as many
+// source rows as its patch rotates through (16 x 2 patches, rotation 30 degrees: 9 rows), and the
+// L1 was the limit (H100 ncu, det NCHW: 95% busy, 11.3 load requests and about 9 wavefronts each
+// per 32 pixels). Every column's rows are permuted, so each pixel is computed once whatever t is.
+// History: axis-aligned patches of 16 x 2 had replaced 8 x 4 (det NCHW 269.5 -> 234.2 us: an 8 x 4
+// patch's 4 rows of a 640-byte image landed on the same banks).
+constexpr int kC3Lanes = 32, kC3WarpRows = 2, kC3TileH = kC3WarpRows * (kThreads / 32);
+constexpr int kC3Px = 4, kC3TileW = kC3Lanes * kC3Px;
 // Blocks per SM the kernel's registers are cut for (48 per thread); launch_c3 sizes its grid by it.
 constexpr int kC3BlocksPerSM = 5;
 
@@ -117,40 +119,50 @@ __device__ __forceinline__ float source_coord_fma(double m0_f, double row_term_f
   return static_cast<float>(__fma_rn(m0_f, x, row_term_f));
 }
 
-// Outputs narrower than 4 bytes go through shared memory. Written straight from the pixel loop,
-// each store instruction put 1 or 2 bytes per lane into 4 rows, and the 3 channels' stores hit
-// the same sectors again: ncu (H100, det, uint8) counted 6 times the ideal L2 store sectors and
-// L2 84% busy. A warp instead leaves its 2 x 128 pixels in a stage laid out like the output, then
-// copies each contiguous run out in 32-bit words.
-// Runs of the stage (see copy_stage) start 16 words (64 bytes) after the previous run's end: at a
-// whole number of 128-byte lines apart, a store or copy instruction's two rows hit the same banks
-// (H100 ncu, NCHW / NHWC: face 86.7 / 72.4 -> 86.4 / 70.8 us, det 234.6 / 195.7 -> 231.2 / 193.8,
-// hd 92.6 / 70.4 -> 89.3 / 69.9).
+// Outputs go through shared memory. Written straight from the pixel loop, each store instruction
+// of a sheared step would put its lanes' values into as many rows as the shear spans; before the
+// shear, uint8 stores already put 1 byte per lane into 4 rows and the 3 channels hit the same
+// sectors again (ncu, H100, det: 6 times the ideal L2 store sectors, L2 84% busy). The block
+// instead leaves its tile in a stage laid out like the output, tile row r in region r / 2 (the
+// region warp r / 2 copies out), and each warp copies its region's contiguous runs out in 32-bit
+// words.
+// The layout is chosen against shared-memory bank conflicts, per value size (H100, A/B in one call):
+// - 4-byte values: runs unpadded, so every run starts on a 128-byte boundary. A sheared step's 32
+//   stores (one column per lane, whatever their rows) then fall on 32 different banks, and a copy
+//   instruction reads 32 consecutive words of one run. Fused float32 NCHW, against the padded
+//   layout of the narrow values: face / det / hd 100.5 / 247.4 / 98.5 -> 98.5 / 239.8 / 95.7 us.
+// - 1- and 2-byte values: neighbouring lanes share words, so when two neighbours are in different
+//   rows those rows must start 16 banks apart: runs are padded by 64 bytes (regions are whole
+//   lines), and a copy instruction reads 16 words of each of 2 runs. uint8 NHWC, against one run per
+//   copy instruction: 77.5 / 163.1 / 72.0 -> 69.9 / 157.6 / 64.4 us.
 template <typename out_t, int kTileW>
 struct C3Stage {
-  static constexpr bool kUsed = sizeof(out_t) < 4;
-  static constexpr int kPad = 64 / int(sizeof(out_t));
+  static constexpr bool kNarrow = sizeof(out_t) < 4;
+  static constexpr int kPad = kNarrow ? 64 / int(sizeof(out_t)) : 0;
   static constexpr int kPitchNHWC = kTileW * 3 + kPad, kPitchNCHW = kTileW + kPad;  // values from run to run
-  static constexpr int kWarpValues = std::max(3 * kC3PatchH * kPitchNCHW, kC3PatchH * kPitchNHWC);
+  static constexpr int kWarpValues = std::max(3 * kC3WarpRows * kPitchNCHW, kC3WarpRows * kPitchNHWC);
+  static constexpr int kLanesPerRun = kNarrow ? 16 : 32;  // of a copy instruction
+  static_assert(kWarpValues * sizeof(out_t) % 128 == 0, "regions are whole 128-byte lines");
 };
 
-// Copies one warp's stage to the output. The stage holds kRuns runs of kLen values, kPitch apart
-// (a run: a row of the warp's 2 x 128 pixels, NHWC; a (channel, row) pair, NCHW); lane l copies
-// run l / 16 of each run group, taking every 16th word from word l % 16, so its addresses are one
-// row pointer plus constant offsets. dst(run) is nullptr for rows past the output's last. The
-// first n values of each run go out as 32-bit words where the caller found every run word-aligned
-// and n values a whole number of words (a partial tile too: face's 112-pixel rows end in a partial
-// tile, which went out value by value), else value by value.
-template <int kRuns, int kLen, int kPitch, typename out_t, typename Dst>
+// Copies one warp's region of the stage to the output. It holds kRuns runs of kLen values, kPitch
+// apart (a run: a row of the region's 2 x 128 pixels, NHWC; a (channel, row) pair, NCHW); lane l
+// copies run l / kLanesPerRun of each group of 32 / kLanesPerRun runs, taking every kLanesPerRun-th
+// word from word l % kLanesPerRun, so its addresses are one row pointer plus constant offsets.
+// dst(run) is nullptr for rows past the output's last. The first n values of each run go out as
+// 32-bit words where the caller found every run word-aligned and n values a whole number of words
+// (a partial tile too: face's 112-pixel rows end in a partial tile, which went out value by value),
+// else value by value.
+template <int kRuns, int kLen, int kPitch, int kLanesPerRun, typename out_t, typename Dst>
 __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words, int lane, const Dst& dst) {
-  constexpr int kLanesPerRun = 32 / kC3PatchH;  // 16
+  constexpr int kRunStep = 32 / kLanesPerRun;
   const int run0 = lane / kLanesPerRun, part = lane % kLanesPerRun;
   if (words) {
     constexpr int kWords = kLen * int(sizeof(out_t)) / 4;
     static_assert(kWords % kLanesPerRun == 0, "a run is a whole number of words per lane");
     const int n_words = n * int(sizeof(out_t)) / 4;
 #pragma unroll
-    for (int run = run0; run < kRuns; run += kC3PatchH) {
+    for (int run = run0; run < kRuns; run += kRunStep) {
       unsigned* d = reinterpret_cast<unsigned*>(dst(run));
       const unsigned* s32 = reinterpret_cast<const unsigned*>(stage + run * kPitch);
       if (d) {
@@ -161,7 +173,7 @@ __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words
       }
     }
   } else {
-    for (int run = run0; run < kRuns; run += kC3PatchH) {
+    for (int run = run0; run < kRuns; run += kRunStep) {
       out_t* d = dst(run);
       if (d) {
         for (int j = part; j < n; j += kLanesPerRun) d[j] = stage[run * kPitch + j];
@@ -170,26 +182,37 @@ __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words
   }
 }
 
+// The lane shift of the sheared mapping (see warp_c3_kernel): lane l's pixels sit
+// round(t * l) rows further down the tile (mod kC3TileH), with t = -M[3] / M[4] the output slope
+// along which the source row stays the same, so that one load instruction of a warp reads along
+// one or two source rows. |t| is capped at 1 (steeper lines: a partial shear still helps); any
+// shift is a permutation of each column's rows, so only speed depends on it.
+__device__ __forceinline__ int c3_lane_shift(const double* M, int lane) {
+  double t = -__ldg(M + 3) / __ldg(M + 4);
+  t = fabs(t) <= 1.0 ? t : (t > 1.0 ? 1.0 : (t < -1.0 ? -1.0 : 0.0));  // NaN: no shear
+  return static_cast<int>(floor(t * lane + 0.5)) & (kC3TileH - 1);
+}
+
 template <bool kNHWC, bool kNormalize, typename out_t>
 __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
     warp_c3_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats) {
   using Stage = C3Stage<out_t, kC3TileW>;
-  __shared__ __align__(16) out_t stage_all[Stage::kUsed ? kThreads / 32 * Stage::kWarpValues : 1];
+  __shared__ __align__(16) out_t stage_all[kThreads / 32 * Stage::kWarpValues];
   constexpr int sx = kNHWC ? 3 : 1;
   const int OH = static_cast<int>(p.OH), OW = static_cast<int>(p.OW);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int lx = lane % kC3PatchW;
   const bool constant_border = p.border == kConstant, ocl = p.out_channels_last;
   const int co0 = p.ot.reverse_channels ? 2 : 0, co2 = 2 - co0;  // output channels of sampled channels 0 and 2
   const int tiles_x = (OW + kC3TileW - 1) / kC3TileW, tiles_y = (OH + kC3TileH - 1) / kC3TileH;
-  // Where this thread's pixel k, channel c goes: o[k * o_step + c * o_c] in the output, or
-  // stage[s_px + k * o_step + c * s_c] in the warp's stage (the output's layout, 2 x 128 pixels).
-  const int o_step = ocl ? kC3PatchW * 3 : kC3PatchW;
-  const int64_t o_c = ocl ? 1 : p.OH * p.OW;
-  out_t* stage = stage_all + (Stage::kUsed ? warp * Stage::kWarpValues : 0);
-  const int s_row = lane / kC3PatchW;
-  const int s_px = ocl ? s_row * Stage::kPitchNHWC + lx * 3 : s_row * Stage::kPitchNCHW + lx;
-  const int s_c = ocl ? 1 : kC3PatchH * Stage::kPitchNCHW;
+  // The stage holds the block's tile in the output's layout: tile row r in warp r / 2's region,
+  // as that region's run r % 2. Pixel k of a row, channel c, is at stage[row_at(r) + k * o_step + c * s_c].
+  const int o_step = ocl ? kC3Lanes * 3 : kC3Lanes;
+  const int s_c = ocl ? 1 : kC3WarpRows * Stage::kPitchNCHW;
+  auto row_at = [&](int r) {
+    return (r / kC3WarpRows) * Stage::kWarpValues + (r % kC3WarpRows) * (ocl ? Stage::kPitchNHWC : Stage::kPitchNCHW) +
+           lane * (ocl ? 3 : 1);
+  };
+  out_t* const my_stage = stage_all + warp * Stage::kWarpValues;  // the region this warp copies out
   for (int64_t b = blockIdx.z; b < p.B; b += gridDim.z) {
     const ImageDesc im = p.images ? p.images[b] : ImageDesc{p.base + b * p.image_bytes, p.H, p.W};
     const uint8_t* src = im.data;
@@ -197,82 +220,84 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
     const int sy = W * sx, sc = kNHWC ? 1 : H * W, sc_words = sc / 4;
     const bool planes_aligned = sc % 4 == 0;
     const double* M = mats + b * 6;
+    const int shift = c3_lane_shift(M, lane);
     for (int ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
-      const int row0 = ty * kC3TileH + warp * kC3PatchH, y = row0 + s_row;  // row0: the warp's first row
-      if (!Stage::kUsed && row0 >= OH) continue;  // the whole warp (with a stage, it takes part in the barriers)
+      const int tile_y = ty * kC3TileH;
       for (int tx = blockIdx.x; tx < tiles_x; tx += gridDim.x) {
-        const int tile_x = tx * kC3TileW, x0 = tile_x + lx;
-        // pixels x0 + 16k of this thread inside the output (0 for lanes past its edge, which still
-        // take part in the warp's copy of the stage)
-        const int npx = y < OH && x0 < OW ? min(kC3Px, (OW - x0 + kC3PatchW - 1) / kC3PatchW) : 0;
-        out_t* o = out + (ocl ? ((b * p.OH + y) * p.OW + x0) * 3 : (b * 3 * p.OH + y) * p.OW + x0);
-        auto store = [&](int k, int c, out_t value) {
-          if constexpr (Stage::kUsed) {
-            stage[s_px + k * o_step + c * s_c] = value;
-          } else {
-            o[k * o_step + c * o_c] = value;
-          }
-        };
-        auto put = [&](int k, int c, float v) { store(k, c, c3_output<out_t, kNormalize>(p.ot, v, c)); };
+        const int tile_x = tx * kC3TileW, x0 = tile_x + lane;
+        // pixels x0 + 32k of this thread inside the output
+        const int npx = x0 < OW ? min(kC3Px, (OW - x0 + kC3Lanes - 1) / kC3Lanes) : 0;
         // the matrix terms, per tile: kept across the tile loop they took registers from the stage copy
         const double m0 = round_to_float(__ldg(M)), m3 = round_to_float(__ldg(M + 3));
-        const double rx = round_to_float(row_term(__ldg(M + 1), __ldg(M + 2), y));
-        const double ry = round_to_float(row_term(__ldg(M + 4), __ldg(M + 5), y));
-        double xd = x0;  // exact; stepping it saves a 64-bit conversion per pixel
-        unsigned edge = 0;  // pixels left for the border-aware sampler
+        unsigned edge = 0;  // pixels left for the border-aware sampler: bit j * kC3Px + k
 #pragma unroll 1
-        for (int k = 0; k < npx; ++k, xd += kC3PatchW) {
-          const float sxf = source_coord_fma(m0, rx, xd), syf = source_coord_fma(m3, ry, xd);
-          const bool valid = coord_ok(sxf) && coord_ok(syf);
-          // floor (make_taps' floor_coord for the coordinates that pass coord_ok; others unused)
-          const int ix = __float2int_rd(sxf), iy = __float2int_rd(syf);
-          if (valid && static_cast<unsigned>(ix) < static_cast<unsigned>(W - 1) &&
-              static_cast<unsigned>(iy) < static_cast<unsigned>(H - 1)) {
-            const float fx = sxf - static_cast<float>(ix), fy = syf - static_cast<float>(iy);
-            float v[3];
-            const uint8_t* q = src + (iy * sy + ix * sx);
-            if constexpr (kNHWC) {
-              float r0[6], r1[6];
-              load_nhwc_c3_row(q, r0);
-              load_nhwc_c3_row(q + sy, r1);
+        for (int j = 0; j < kC3WarpRows; ++j) {
+          const int r = (warp * kC3WarpRows + j + shift) & (kC3TileH - 1), y = tile_y + r;
+          if (y >= OH) continue;
+          out_t* const st = stage_all + row_at(r);
+          auto store = [&](int k, int c, out_t value) { st[k * o_step + c * s_c] = value; };
+          auto put = [&](int k, int c, float v) { store(k, c, c3_output<out_t, kNormalize>(p.ot, v, c)); };
+          const double rx = round_to_float(row_term(__ldg(M + 1), __ldg(M + 2), y));
+          const double ry = round_to_float(row_term(__ldg(M + 4), __ldg(M + 5), y));
+          double xd = x0;  // exact; stepping it saves a 64-bit conversion per pixel
+#pragma unroll 1
+          for (int k = 0; k < npx; ++k, xd += kC3Lanes) {
+            const float sxf = source_coord_fma(m0, rx, xd), syf = source_coord_fma(m3, ry, xd);
+            const bool valid = coord_ok(sxf) && coord_ok(syf);
+            // floor (make_taps' floor_coord for the coordinates that pass coord_ok; others unused)
+            const int ix = __float2int_rd(sxf), iy = __float2int_rd(syf);
+            if (valid && static_cast<unsigned>(ix) < static_cast<unsigned>(W - 1) &&
+                static_cast<unsigned>(iy) < static_cast<unsigned>(H - 1)) {
+              const float fx = sxf - static_cast<float>(ix), fy = syf - static_cast<float>(iy);
+              float v[3];
+              const uint8_t* q = src + (iy * sy + ix * sx);
+              if constexpr (kNHWC) {
+                float r0[6], r1[6];
+                load_nhwc_c3_row(q, r0);
+                load_nhwc_c3_row(q + sy, r1);
 #pragma unroll
-              for (int c = 0; c < 3; ++c) v[c] = blend_biased(r0[c], r0[c + 3], r1[c], r1[c + 3], fx, fy);
-            } else {
-              // one channel: its tap pairs from the windows of rows iy and iy + 1, `words` further on
-              auto blend_plane = [&](const WordWindow& row0, const WordWindow& row1, int words) {
-                float b00, b01, b10, b11;
-                load_pair_biased(row0, words, b00, b01);
-                load_pair_biased(row1, words, b10, b11);
-                return blend_biased(b00, b01, b10, b11, fx, fy);
-              };
-              if (planes_aligned) {
-                // planes a whole number of words apart: the 3 channels' taps share one window per row
-                // (H100 ncu, NCHW: face 92.7 -> 87.5 us, det 242.9 -> 234.2, hd 94.0 -> 91.6)
-                const WordWindow r0(q), r1(q + sy);
-#pragma unroll
-                for (int c = 0; c < 3; ++c) v[c] = blend_plane(r0, r1, c * sc_words);
+                for (int c = 0; c < 3; ++c) v[c] = blend_biased(r0[c], r0[c + 3], r1[c], r1[c + 3], fx, fy);
               } else {
+                // one channel: its tap pairs from the windows of rows iy and iy + 1, `words` further on
+                auto blend_plane = [&](const WordWindow& row0, const WordWindow& row1, int words) {
+                  float b00, b01, b10, b11;
+                  load_pair_biased(row0, words, b00, b01);
+                  load_pair_biased(row1, words, b10, b11);
+                  return blend_biased(b00, b01, b10, b11, fx, fy);
+                };
+                if (planes_aligned) {
+                  // planes a whole number of words apart: the 3 channels' taps share one window per row
+                  // (H100 ncu, NCHW: face 92.7 -> 87.5 us, det 242.9 -> 234.2, hd 94.0 -> 91.6)
+                  const WordWindow w0(q), w1(q + sy);
 #pragma unroll
-                for (int c = 0; c < 3; ++c) v[c] = blend_plane(WordWindow(q + c * sc), WordWindow(q + c * sc + sy), 0);
+                  for (int c = 0; c < 3; ++c) v[c] = blend_plane(w0, w1, c * sc_words);
+                } else {
+#pragma unroll
+                  for (int c = 0; c < 3; ++c) v[c] = blend_plane(WordWindow(q + c * sc), WordWindow(q + c * sc + sy), 0);
+                }
               }
-            }
-            // sampled channel c goes to output channel c, or 2 - c reversed: the reversal picks store
-            // offsets (hoisted out of the loop), not values (a select per channel and pixel)
-            store(k, co0, c3_inner_output<out_t, kNormalize>(p.ot, v[0], co0));
-            store(k, 1, c3_inner_output<out_t, kNormalize>(p.ot, v[1], 1));
-            store(k, co2, c3_inner_output<out_t, kNormalize>(p.ot, v[2], co2));
-          } else if (constant_border && (!valid || static_cast<unsigned>(ix + 1) > static_cast<unsigned>(W) ||
-                                         static_cast<unsigned>(iy + 1) > static_cast<unsigned>(H))) {
+              // sampled channel c goes to output channel c, or 2 - c reversed: the reversal picks store
+              // offsets (hoisted out of the loop), not values (a select per channel and pixel)
+              store(k, co0, c3_inner_output<out_t, kNormalize>(p.ot, v[0], co0));
+              store(k, 1, c3_inner_output<out_t, kNormalize>(p.ot, v[1], 1));
+              store(k, co2, c3_inner_output<out_t, kNormalize>(p.ot, v[2], co2));
+            } else if (constant_border && (!valid || static_cast<unsigned>(ix + 1) > static_cast<unsigned>(W) ||
+                                           static_cast<unsigned>(iy + 1) > static_cast<unsigned>(H))) {
 #pragma unroll
-            for (int c = 0; c < 3; ++c) put(k, c, p.c3_border[c]);
-          } else {
-            edge |= 1u << k;
+              for (int c = 0; c < 3; ++c) put(k, c, p.c3_border[c]);
+            } else {
+              edge |= 1u << (j * kC3Px + k);
+            }
           }
         }
-        for (int k = 0; edge; ++k, edge >>= 1) {
+        for (int i = 0; edge; ++i, edge >>= 1) {
           if (!(edge & 1u)) continue;
+          const int j = i / kC3Px, k = i % kC3Px;
+          const int r = (warp * kC3WarpRows + j + shift) & (kC3TileH - 1), y = tile_y + r;
+          out_t* const st = stage_all + row_at(r);
+          auto put = [&](int c, float v) { st[k * o_step + c * s_c] = c3_output<out_t, kNormalize>(p.ot, v, c); };
           // taps from the matrix again: keeping the loop's coordinates alive for this loop cost spills
-          const Taps<float> t = taps_from_matrix<float>(M, x0 + kC3PatchW * k, y, kBilinear);
+          const Taps<float> t = taps_from_matrix<float>(M, x0 + kC3Lanes * k, y, kBilinear);
           if (constant_border) {
             // sample()'s constant-border bilinear case with the tap tests done once for the 3
             // channels instead of once per channel behind the runtime border switch: on face
@@ -289,40 +314,39 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
               const float bval = p.c3_border[c];
               const uint8_t* plane = src + cs * sc;
               auto at = [&](bool in, int offset) { return in ? load_acc<float>(plane + (o00 + offset)) : bval; };
-              put(k, c, t.valid ? blend_bilinear(at(in_x0 && in_y0, 0), at(in_x1 && in_y0, sx), at(in_x0 && in_y1, sy),
-                                                 at(in_x1 && in_y1, sy + sx), t.fx, t.fy)
-                                : bval);
+              put(c, t.valid ? blend_bilinear(at(in_x0 && in_y0, 0), at(in_x1 && in_y0, sx), at(in_x0 && in_y1, sy),
+                                              at(in_x1 && in_y1, sy + sx), t.fx, t.fy)
+                             : bval);
             }
           } else {
 #pragma unroll
             for (int c = 0; c < 3; ++c) {
               const int cs = static_cast<int>(p.ot.source_channel(c, 3));
-              put(k, c, sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, p.c3_border[c]));
+              put(c, sample_plane(t, src + cs * sc, sx, sy, H, W, p.border, p.c3_border[c]));
             }
           }
         }
-        if constexpr (Stage::kUsed) {
-          // a block barrier, not __syncwarp: around a __syncwarp that it cannot prove converged,
-          // the compiler kept every live value of the kernel safe, and spilled the pixel loop's
-          __syncthreads();
-          const int rows = min(kC3PatchH, OH - row0), cols = min(kC3TileW, OW - tile_x);
-          out_t* first = out + (ocl ? ((b * p.OH + row0) * p.OW + tile_x) * 3 : (b * 3 * p.OH + row0) * p.OW + tile_x);
-          const int64_t row_stride = ocl ? p.OW * 3 : p.OW;
-          // whole words: every run starting on a 4-byte boundary and a whole number of words long
-          const bool words = ((reinterpret_cast<uintptr_t>(first) | row_stride * sizeof(out_t) |
-                               (ocl ? 0 : o_c * sizeof(out_t)) | cols * (ocl ? 3 : 1) * sizeof(out_t)) & 3) == 0;
-          if (ocl) {  // runs: the warp's rows
-            copy_stage<kC3PatchH, kC3TileW * 3, Stage::kPitchNHWC>(stage, cols * 3, words, lane, [&](int r) -> out_t* {
-              return r < rows ? first + r * row_stride : nullptr;
-            });
-          } else {  // runs: (channel, row) pairs
-            copy_stage<3 * kC3PatchH, kC3TileW, Stage::kPitchNCHW>(stage, cols, words, lane, [&](int i) -> out_t* {
-              const int c = i / kC3PatchH, r = i % kC3PatchH;
-              return r < rows ? first + c * o_c + r * row_stride : nullptr;
-            });
-          }
-          __syncthreads();
+        // a block barrier: the warps wrote each other's regions (and around a __syncwarp that it
+        // cannot prove converged, the compiler kept every live value safe, spilling the pixel loop's)
+        __syncthreads();
+        const int row0 = tile_y + warp * kC3WarpRows;  // the first output row of this warp's region
+        const int rows = min(kC3WarpRows, OH - row0), cols = min(kC3TileW, OW - tile_x);
+        out_t* first = out + (ocl ? ((b * p.OH + row0) * p.OW + tile_x) * 3 : (b * 3 * p.OH + row0) * p.OW + tile_x);
+        const int64_t row_stride = ocl ? p.OW * 3 : p.OW, o_c = p.OH * p.OW;
+        // whole words: every run starting on a 4-byte boundary and a whole number of words long
+        const bool words = ((reinterpret_cast<uintptr_t>(first) | row_stride * sizeof(out_t) |
+                             (ocl ? 0 : o_c * sizeof(out_t)) | cols * (ocl ? 3 : 1) * sizeof(out_t)) & 3) == 0;
+        if (ocl) {  // runs: the region's rows
+          copy_stage<kC3WarpRows, kC3TileW * 3, Stage::kPitchNHWC, Stage::kLanesPerRun>(my_stage, cols * 3, words, lane, [&](int r) -> out_t* {
+            return r < rows ? first + r * row_stride : nullptr;
+          });
+        } else {  // runs: (channel, row) pairs
+          copy_stage<3 * kC3WarpRows, kC3TileW, Stage::kPitchNCHW, Stage::kLanesPerRun>(my_stage, cols, words, lane, [&](int i) -> out_t* {
+            const int c = i / kC3WarpRows, r = i % kC3WarpRows;
+            return r < rows ? first + c * o_c + r * row_stride : nullptr;
+          });
         }
+        __syncthreads();
       }
     }
   }
