@@ -6,9 +6,10 @@ namespace orbbec {
 namespace warpaffine {
 namespace forward_cuda {
 
-// 3-channel uint8 bilinear images, pixel by pixel. The kernel is bound by the instructions it
+// 3-channel uint8 bilinear images, pixel by pixel. The kernel was bound by the instructions it
 // issues and by L1 (ncu on the H100, det workload, uint8 NCHW / NHWC: issue slots 69% / 75% busy,
-// L1 95% / 85%), so it is written for few instructions and few load requests:
+// L1 95% / 85%; since the shear below, L1 63-68% / 50-57%, and det is bound by its instruction
+// count), so it is written for few instructions and few load requests:
 // - a warp's 32 lanes take 32 adjacent columns, sheared so that one load instruction reads along
 //   one source row (below); a thread computes kC3Px = 4 pixels of each of kC3WarpRows = 2 rows,
 //   so a row's terms are paid once per 4 pixels; the grid is 3-D (tile column, tile row, image):
