@@ -222,6 +222,8 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
     const bool planes_aligned = sc % 4 == 0;
     const double* M = mats + b * 6;
     const int shift = c3_lane_shift(M, lane);
+    // the tile row of this thread's step j: its warp's rows, sheared by the lane's shift
+    auto tile_row = [&](int j) { return (warp * kC3WarpRows + j + shift) & (kC3TileH - 1); };
     for (int ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
       const int tile_y = ty * kC3TileH;
       for (int tx = blockIdx.x; tx < tiles_x; tx += gridDim.x) {
@@ -233,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
         unsigned edge = 0;  // pixels left for the border-aware sampler: bit j * kC3Px + k
 #pragma unroll 1
         for (int j = 0; j < kC3WarpRows; ++j) {
-          const int r = (warp * kC3WarpRows + j + shift) & (kC3TileH - 1), y = tile_y + r;
+          const int r = tile_row(j), y = tile_y + r;
           if (y >= OH) continue;
           out_t* const st = stage_all + row_at(r);
           auto store = [&](int k, int c, out_t value) { st[k * o_step + c * s_c] = value; };
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
         for (int i = 0; edge; ++i, edge >>= 1) {
           if (!(edge & 1u)) continue;
           const int j = i / kC3Px, k = i % kC3Px;
-          const int r = (warp * kC3WarpRows + j + shift) & (kC3TileH - 1), y = tile_y + r;
+          const int r = tile_row(j), y = tile_y + r;
           out_t* const st = stage_all + row_at(r);
           auto put = [&](int c, float v) { st[k * o_step + c * s_c] = c3_output<out_t, kNormalize>(p.ot, v, c); };
           // taps from the matrix again: keeping the loop's coordinates alive for this loop cost spills
