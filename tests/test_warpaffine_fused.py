@@ -39,6 +39,25 @@ def test_fused_float32_equals_unfused_bit_for_bit(device, interp, border):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "scale,mean,std",
+    [
+        (1 / 255, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        (1.0, [127.5, 127.5, 127.5], [3e-7, -2.5e-3, 1e9]),  # quotients near 0 and huge, a negative std
+        (1e-20, [0.0, 1e-19, -3e-18], [1.7e-12, 0.3, 7e11]),  # tiny scaled values, std far from 1
+        (1e-30, [0.0, 0.0, 0.0], [1e-3, 1.0, 1e3]),  # scaled values near float32's smallest normals
+        (3.7, [1e11, -1e11, 0.0], [1e-30, 2e13, 0.7]),  # quotients that overflow to infinity
+    ],
+)
+def test_normalisation_is_the_division_for_any_parameters(device, scale, mean, std):
+    # the fused output must stay torch's (x * scale - mean) / std bit for bit whatever the parameters:
+    # a kernel that divides any other way (a reciprocal, fused steps) would drift at the extremes
+    src, M = _batch(device, seed=7)
+    fused = warp_affine(src, M, (80, 64), out_dtype=torch.float32, scale=scale, mean=mean, std=std)
+    assert torch.equal(fused, _unfused(src, M, (80, 64), scale=scale, mean=mean, std=std))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_scale_reverse_layout_and_dtypes(device):
     src, M = _batch(device, seed=2)
     mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
