@@ -28,6 +28,11 @@ def _to_nchw(imgs, device):
     return torch.from_numpy(np.stack(imgs)).permute(0, 3, 1, 2).contiguous().to(device)
 
 
+def _cpu_batch_in(imgs, in_layout):
+    src = _to_nchw(imgs, "cpu")
+    return src.contiguous(memory_format=torch.channels_last) if in_layout == "NHWC" else src
+
+
 def _cv2_batch(imgs, mats, out_hw, interp, border, border_value=(0, 0, 0)):
     oh, ow = out_hw
     return np.stack([
@@ -212,9 +217,7 @@ def test_cuda_output_tiles_of_every_shape(out_hw, in_layout, border):
     # bit; float16 / bfloat16 against the float32 output.
     oh, ow = out_hw
     imgs, mats = _batch(29, (150, 170), out_hw, n=3)
-    src = _to_nchw(imgs, "cpu")
-    if in_layout == "NHWC":
-        src = src.contiguous(memory_format=torch.channels_last)
+    src = _cpu_batch_in(imgs, in_layout)
     M = torch.from_numpy(mats)
     kw = dict(border_mode=border, border_value=(9, 99, 199))
     for out_layout in ("NCHW", "NHWC"):
@@ -248,9 +251,7 @@ def test_cuda_sheared_lanes_at_every_angle(in_layout):
     mats[3][:, 2] += mats[3][:, 0] * 130.0  # mirrored: column x samples where column 130 - x did
     mats[3][:, 0] *= -1.0
     mats[11][1] = (0.0, 0.0, 75.3)  # every output pixel samples between source rows 75 and 76
-    src = _to_nchw(imgs, "cpu")
-    if in_layout == "NHWC":
-        src = src.contiguous(memory_format=torch.channels_last)
+    src = _cpu_batch_in(imgs, in_layout)
     M = torch.from_numpy(np.stack(mats))
     kw = dict(border_mode="constant", border_value=(9, 99, 199), inverse_map=True)
     norm = dict(out_dtype=torch.float32, mean=[100.0, 110.0, 120.0], std=[50.0, 55.0, 60.0])
@@ -267,9 +268,7 @@ def test_cuda_blocks_over_several_rows_of_tiles(in_layout):
     # blocks on an H100) has each block of the 3-channel kernel loop over up to 4 rows of tiles:
     # every tile must still be written, once, as the CPU writes it.
     imgs, mats = _batch(41, (300, 400), (1024, 1000), n=24)
-    src = _to_nchw(imgs, "cpu")
-    if in_layout == "NHWC":
-        src = src.contiguous(memory_format=torch.channels_last)
+    src = _cpu_batch_in(imgs, in_layout)
     M = torch.from_numpy(mats)
     kw = dict(border_mode="constant", border_value=(9, 99, 199), reverse_channels=True)
     cpu = warp_affine(src, M, (1000, 1024), **kw)

@@ -111,9 +111,15 @@ struct OutputTransform {
 // fma's single rounding, on hosts without an fma instruction as well.
 // x and y arrive as doubles (exact for any pixel index): converting a 64-bit integer is slow on GPUs.
 // source_coord_rounded takes m0 and row_term already rounded to float (and held as doubles), so
-// that a pixel loop can hoist the roundings.
+// that a pixel loop can hoist the roundings. On the GPU the multiply and add are one double fma:
+// the product is exact, so the fma's single rounding is the add's, the same bits in one
+// instruction fewer per coordinate.
 ORBBEC_HD float source_coord_rounded(double m0_f, double row_term_f, double x) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<float>(__fma_rn(m0_f, x, row_term_f));
+#else
   return static_cast<float>(add_rn(mul_rn(m0_f, x), row_term_f));
+#endif
 }
 ORBBEC_HD double round_to_float(double v) { return static_cast<double>(static_cast<float>(v)); }
 ORBBEC_HD float source_coord(double m0, double row_term, double x, float) {

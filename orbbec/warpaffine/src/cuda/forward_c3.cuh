@@ -113,13 +113,6 @@ __device__ __forceinline__ out_t c3_inner_output(const OutputTransform& ot, floa
   }
 }
 
-// Source coordinate of column x: source_coord_rounded as one double fma. m0_f holds a float and x
-// an integer below 2^24, so their product is exact in double and the fma rounds once, like the
-// shared header's multiply-then-add: the same bits, one instruction fewer per coordinate.
-__device__ __forceinline__ float source_coord_fma(double m0_f, double row_term_f, double x) {
-  return static_cast<float>(__fma_rn(m0_f, x, row_term_f));
-}
-
 // Outputs go through shared memory. Written straight from the pixel loop, each store instruction
 // of a sheared step would put its lanes' values into as many rows as the shear spans; before the
 // shear, uint8 stores already put 1 byte per lane into 4 rows and the 3 channels hit the same
@@ -213,6 +206,8 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
     return (r / kC3WarpRows) * Stage::kWarpValues + (r % kC3WarpRows) * (ocl ? Stage::kPitchNHWC : Stage::kPitchNCHW) +
            lane * (ocl ? 3 : 1);
   };
+  // channel c of this thread's pixel k in a tile row whose stage row is st (stage_all + row_at(r))
+  auto slot = [&](out_t* st, int k, int c) -> out_t& { return st[k * o_step + c * s_c]; };
   out_t* const my_stage = stage_all + warp * Stage::kWarpValues;  // the region this warp copies out
   for (int64_t b = blockIdx.z; b < p.B; b += gridDim.z) {
     const ImageDesc im = p.images ? p.images[b] : ImageDesc{p.base + b * p.image_bytes, p.H, p.W};
@@ -238,14 +233,12 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
           const int r = tile_row(j), y = tile_y + r;
           if (y >= OH) continue;
           out_t* const st = stage_all + row_at(r);
-          auto store = [&](int k, int c, out_t value) { st[k * o_step + c * s_c] = value; };
-          auto put = [&](int k, int c, float v) { store(k, c, c3_output<out_t, kNormalize>(p.ot, v, c)); };
           const double rx = round_to_float(row_term(__ldg(M + 1), __ldg(M + 2), y));
           const double ry = round_to_float(row_term(__ldg(M + 4), __ldg(M + 5), y));
           double xd = x0;  // exact; stepping it saves a 64-bit conversion per pixel
 #pragma unroll 1
           for (int k = 0; k < npx; ++k, xd += kC3Lanes) {
-            const float sxf = source_coord_fma(m0, rx, xd), syf = source_coord_fma(m3, ry, xd);
+            const float sxf = source_coord_rounded(m0, rx, xd), syf = source_coord_rounded(m3, ry, xd);
             const bool valid = coord_ok(sxf) && coord_ok(syf);
             // floor (make_taps' floor_coord for the coordinates that pass coord_ok; others unused)
             const int ix = __float2int_rd(sxf), iy = __float2int_rd(syf);
@@ -281,13 +274,13 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
               }
               // sampled channel c goes to output channel c, or 2 - c reversed: the reversal picks store
               // offsets (hoisted out of the loop), not values (a select per channel and pixel)
-              store(k, co0, c3_inner_output<out_t, kNormalize>(p.ot, v[0], co0));
-              store(k, 1, c3_inner_output<out_t, kNormalize>(p.ot, v[1], 1));
-              store(k, co2, c3_inner_output<out_t, kNormalize>(p.ot, v[2], co2));
+              slot(st, k, co0) = c3_inner_output<out_t, kNormalize>(p.ot, v[0], co0);
+              slot(st, k, 1) = c3_inner_output<out_t, kNormalize>(p.ot, v[1], 1);
+              slot(st, k, co2) = c3_inner_output<out_t, kNormalize>(p.ot, v[2], co2);
             } else if (constant_border && (!valid || static_cast<unsigned>(ix + 1) > static_cast<unsigned>(W) ||
                                            static_cast<unsigned>(iy + 1) > static_cast<unsigned>(H))) {
 #pragma unroll
-              for (int c = 0; c < 3; ++c) put(k, c, p.c3_border[c]);
+              for (int c = 0; c < 3; ++c) slot(st, k, c) = c3_output<out_t, kNormalize>(p.ot, p.c3_border[c], c);
             } else {
               edge |= 1u << (j * kC3Px + k);
             }
@@ -298,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
           const int j = i / kC3Px, k = i % kC3Px;
           const int r = tile_row(j), y = tile_y + r;
           out_t* const st = stage_all + row_at(r);
-          auto put = [&](int c, float v) { st[k * o_step + c * s_c] = c3_output<out_t, kNormalize>(p.ot, v, c); };
+          auto put = [&](int c, float v) { slot(st, k, c) = c3_output<out_t, kNormalize>(p.ot, v, c); };
           // taps from the matrix again: keeping the loop's coordinates alive for this loop cost spills
           const Taps<float> t = taps_from_matrix<float>(M, x0 + kC3Lanes * k, y, kBilinear);
           if (constant_border) {
