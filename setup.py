@@ -47,6 +47,32 @@ def _opencv_flags():
     return include_dirs, [f for f in libs if f.startswith("-L")], [f[2:] for f in libs if f in wanted]
 
 
+def _nvjpeg():
+    """nvJPEG's header and library for orbbec.io's GPU decoder: from the CUDA toolkit, else from the
+    `nvidia-nvjpeg` wheel (PyPI). Returns (include_dir, library_dir, library_file) or None."""
+    if os.environ.get("ORBBEC_WITH_NVJPEG", "1") == "0":
+        return None
+    roots = []
+    if CUDA_HOME:
+        roots.append((os.path.join(CUDA_HOME, "include"), [os.path.join(CUDA_HOME, d) for d in ("lib64", "lib", "targets/x86_64-linux/lib")]))
+    try:
+        import nvidia  # namespace package of NVIDIA's wheels
+
+        for base in nvidia.__path__:
+            for sub in sorted(glob.glob(os.path.join(base, "cu*"))) + [os.path.join(base, "nvjpeg")]:
+                roots.append((os.path.join(sub, "include"), [os.path.join(sub, "lib")]))
+    except ImportError:
+        pass
+    for inc, libdirs in roots:
+        if not os.path.exists(os.path.join(inc, "nvjpeg.h")):
+            continue
+        for libdir in libdirs:
+            libs = sorted(glob.glob(os.path.join(libdir, "libnvjpeg.so*")), key=len)
+            if libs:
+                return inc, libdir, os.path.basename(libs[0])
+    return None
+
+
 class BuildExt(BuildExtension.with_options(use_ninja=True)):
     # ninja already compiles one extension's files in parallel; building two extensions at once
     # (setup.py build_ext -j N) would make them share one build.ninja and fail at link time.
@@ -90,13 +116,24 @@ def extensions():
     include_dirs = [os.path.join(ROOT, "orbbec")]
     if with_cuda:
         _arch_list()
+        cuda_defines, link = [("WITH_CUDA", None)], ["-fopenmp"]
+        nvjpeg = _nvjpeg()
+        if nvjpeg is not None:
+            inc, libdir, lib = nvjpeg
+            include_dirs.append(inc)
+            cuda_defines.append(("WITH_NVJPEG", None))
+            link += [f"-L{libdir}", f"-l:{lib}", f"-Wl,-rpath,{libdir}"]
+            print(f"orbbec: nvJPEG from {libdir}/{lib}", file=sys.stderr)
+        else:
+            print("orbbec: nvJPEG not found (CUDA toolkit or `pip install nvidia-nvjpeg`); "
+                  "orbbec.io decodes on the CPU only", file=sys.stderr)
         ext = CUDAExtension(
             "orbbec._C",
             cpp + _sources("orbbec/**/src/**/*.cu"),
             include_dirs=include_dirs,
-            define_macros=define + [("WITH_CUDA", None)],
+            define_macros=define + cuda_defines,
             extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "--fmad=false", "-lineinfo"]},
-            extra_link_args=["-fopenmp"],
+            extra_link_args=link,
         )
     else:
         ext = CppExtension("orbbec._C", cpp, include_dirs=include_dirs, define_macros=define,

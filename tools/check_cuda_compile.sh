@@ -17,8 +17,13 @@ if ! python -c 'import torch.utils.cpp_extension as c, os, sys; sys.exit(0 if an
   printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' > "$STUB/c10/cuda/impl/cuda_cmake_macros.h"
 fi
 INCLUDES="-I$STUB $INCLUDES"
+# nvJPEG's header for orbbec.io's GPU decoder: the toolkit's, else the nvidia-nvjpeg wheel's.
+NVJPEG_INC=$(python -c 'import glob, os, nvidia; p = [q for b in nvidia.__path__ for q in glob.glob(os.path.join(b, "*", "include", "nvjpeg.h"))]; print(os.path.dirname(p[0]) if p else "")' 2>/dev/null || true)
+for d in /usr/local/cuda/include "${CUDA_HOME:-/nonexistent}/include"; do [ -z "$NVJPEG_INC" ] && [ -f "$d/nvjpeg.h" ] && NVJPEG_INC=$d; done
+if [ -n "$NVJPEG_INC" ]; then INCLUDES="$INCLUDES -I$NVJPEG_INC -DWITH_NVJPEG"; else echo "check_cuda_compile: nvjpeg.h not found; the GPU decoder is not checked"; fi
 status=0
-for f in ${CHECK_FILES:-$(find orbbec -name "*.cu" | sort)}; do
+# The .cu kernels, and the host-only CUDA sources (nvJPEG), which nvcc hands to the host compiler.
+for f in ${CHECK_FILES:-$(find orbbec -name "*.cu" | sort) $(find orbbec -path "*/src/cuda/*.cpp" | sort)}; do
   if "$NVCC" -std=c++20 -O3 -arch=sm_90 --fmad=false ${NVCC_EXTRA:-} -DWITH_CUDA --expt-relaxed-constexpr -D_GLIBCXX_USE_CXX11_ABI=$ABI \
        -Xcompiler -fPIC -I orbbec $INCLUDES -c "$f" -o /tmp/orbbec_check_$$_$(basename $f).o; then
     echo "check_cuda_compile: OK   $f"

@@ -7,6 +7,12 @@
 #include <cuda_runtime_api.h>
 #endif
 
+namespace orbbec {
+namespace io {
+void bind(pybind11::module& m);  // orbbec/io/src/io_bind.cpp
+}  // namespace io
+}  // namespace orbbec
+
 namespace {
 
 std::string compiler_version() {
@@ -47,4 +53,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("get_compiling_cuda_version", &cuda_version, "CUDA runtime version orbbec._C was built with");
   m.def("with_cuda", &with_cuda, "Whether orbbec._C has CUDA kernels");
   m.attr("torch_version") = ORBBEC_TORCH_VERSION;
+  orbbec::io::bind(m);
 }

@@ -1,0 +1,140 @@
+"""orbbec.io: batched JPEG decoding, on the GPU with nvJPEG or on the CPU with OpenCV.
+
+    from orbbec.io import decode_jpeg
+    images = decode_jpeg(list_of_bytes, device="cuda")      # list of uint8 [H, W, 3] RGB tensors
+    crops = warp_affine(images, M, (224, 224))              # straight into orbbec.warpaffine
+
+On the GPU each batch is divided between the hardware JPEG engine (A100, H100, ...) and nvJPEG's
+hybrid backend (Huffman decoding on CPU threads, the rest on the GPU) by the rates both were measured
+at on earlier batches, so that they finish together. Files the hardware engine does not take
+(progressive, unusual sampling, CMYK) go to the hybrid path, and files nvJPEG cannot decode at all to
+OpenCV on the CPU, automatically. See docs/io.md.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+import torch
+
+from .._library import _C
+from ._buffers import JpegDecodeError, as_buffer, orient
+from . import _cpu
+
+__all__ = ["decode_jpeg", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads"]
+
+_MODES = {"RGB": 0, "BGR": 1, "GRAY": 2}
+
+
+def read_file(path: Union[str, os.PathLike]) -> bytes:
+    """The bytes of a file, as a Dataset would hand them to decode_jpeg."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def decode_jpeg(
+    data,
+    *,
+    device: Union[str, torch.device] = "cuda",
+    mode: str = "RGB",
+    on_error: str = "raise",
+    reduce: Union[int, Sequence[int]] = 1,
+    roi=None,
+    apply_exif_orientation: bool = False,
+    threads: Optional[int] = None,
+):
+    """Decodes one JPEG or a batch of them into uint8 HWC tensors.
+
+    data: one encoded image or a list of them; each is bytes, a bytearray/memoryview, a 1-D uint8
+        numpy array or a 1-D uint8 CPU tensor. A list in gives a list out (images differ in size).
+    device: "cuda", "cuda:N" or a torch.device: decoded with nvJPEG on that GPU, on its current
+        stream (the results are ordered on it like any op's output). "cpu": OpenCV (libjpeg-turbo) in
+        `threads` parallel threads (default: all cores; 1 inside a DataLoader worker).
+    mode: "RGB" or "BGR" ([H, W, 3]) or "GRAY" ([H, W, 1], the JPEG's luma).
+    on_error: "raise" raises JpegDecodeError naming the first bad index (after every good image has
+        been decoded); "skip" puts None in its place.
+    reduce: 1, 2, 4 or 8, per batch or per image (CPU only): decode at 1/reduce of the size in the
+        DCT domain, as cv2.IMREAD_REDUCED_* does (sizes round up).
+    roi: None, or per image None or (x, y, width, height) in the stored image's pixels: only that
+        region is decoded (on the GPU nvJPEG skips the rest where it can) and returned.
+    apply_exif_orientation: rotate/flip by the EXIF orientation tag, as cv2.imread does by
+        default. Off by default, as in torchvision.io.decode_jpeg: boxes and landmarks of datasets
+        usually refer to the stored pixels. roi refers to the stored pixels either way.
+    """
+    single = not isinstance(data, (list, tuple))
+    items = [data] if single else list(data)
+    if mode not in _MODES:
+        raise ValueError(f"decode_jpeg: mode must be one of {sorted(_MODES)}, got {mode!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"decode_jpeg: on_error must be 'raise' or 'skip', got {on_error!r}")
+    buffers = [as_buffer(x, i, single) for i, x in enumerate(items)]
+    rois = _per_image(roi, len(items), "roi", single, default=None)
+    reduces = _per_image(reduce, len(items), "reduce", single, default=1)
+    for i, r in enumerate(reduces):
+        if r not in (1, 2, 4, 8):
+            raise ValueError(f"decode_jpeg: reduce{'' if single else f'[{i}]'} must be 1, 2, 4 or 8, got {r!r}")
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        images, errors = _cpu.decode(buffers, mode, reduces, rois, apply_exif_orientation, threads)
+    elif dev.type == "cuda":
+        if any(r != 1 for r in reduces):
+            raise ValueError("decode_jpeg: reduce is supported with device='cpu' only; on the GPU, decode "
+                             "whole images (or a roi) and resize with orbbec.warpaffine")
+        images, errors = _decode_cuda(buffers, mode, rois, apply_exif_orientation, dev)
+    else:
+        raise ValueError(f"decode_jpeg: device must be 'cpu' or a CUDA device, got {device!r}")
+    bad = [i for i, e in enumerate(errors) if e]
+    if bad and on_error == "raise":
+        i = bad[0]
+        more = f" ({len(bad) - 1} other images failed too)" if len(bad) > 1 else ""
+        raise JpegDecodeError(f"decode_jpeg: {'data' if single else f'data[{i}]'}: {errors[i]}{more}", i)
+    return images[0] if single else images
+
+
+def _per_image(value, n, name, single, default):
+    """One entry per image: a scalar (or, for one image, its roi) applies to all."""
+    if value is None:
+        return [default] * n
+    if isinstance(value, int) or (single and name == "roi"):
+        return [value] * n
+    value = list(value)
+    if len(value) != n:
+        raise ValueError(f"decode_jpeg: {name} must give one entry per image ({n}), got {len(value)}")
+    return [default if v is None else v for v in value]
+
+
+def _decode_cuda(buffers, mode, rois, apply_exif, dev):
+    if not getattr(_C, "with_nvjpeg", False):
+        raise RuntimeError("decode_jpeg: orbbec was built without nvJPEG, so it cannot decode on the GPU; "
+                           "rebuild with CUDA and nvJPEG (`pip install nvidia-nvjpeg`, see docs/building.md) "
+                           "or use device='cpu'")
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    roi_arg = None if all(r is None for r in rois) else rois
+    images, errors, unsupported, orientations, _ = _C.decode_jpeg_cuda(buffers, _MODES[mode], index, roi_arg)
+    # What nvJPEG cannot decode at all (e.g. 12-bit or lossless JPEG) goes to OpenCV, then to the GPU.
+    retry = [i for i, u in enumerate(unsupported) if u]
+    if retry:
+        cpu_images, cpu_errors = _cpu.decode([buffers[i] for i in retry], mode, [1] * len(retry),
+                                             [rois[i] for i in retry], False, None)
+        for i, img, err in zip(retry, cpu_images, cpu_errors):
+            images[i] = None if img is None else img.to(f"cuda:{index}", non_blocking=False)
+            errors[i] = err
+            orientations[i] = _cpu.exif_orientation(buffers[i]) if img is not None else 1
+    if apply_exif:
+        images = [orient(img, o) if img is not None else None for img, o in zip(images, orientations)]
+    return images, errors
+
+
+def decoder_stats(device: Union[str, torch.device, int] = "cuda") -> dict:
+    """Images decoded by each GPU path so far and the rates that divide the next batch."""
+    dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if not getattr(_C, "with_nvjpeg", False):
+        raise RuntimeError("decoder_stats: orbbec was built without nvJPEG")
+    return dict(_C.jpeg_decoder_stats(dev.index if dev.index is not None else torch.cuda.current_device()))
+
+
+def set_decode_threads(threads: int) -> None:
+    """Host threads of the GPU decoder's hybrid path, for decoders created after this call
+    (default: one less than the cores, between 2 and 16)."""
+    if getattr(_C, "with_nvjpeg", False):
+        _C.set_jpeg_decode_threads(int(threads))

@@ -1,0 +1,52 @@
+"""What every decode path shares: turning a Dataset's item into bytes, the error type, EXIF orientation."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+
+class JpegDecodeError(ValueError, RuntimeError):
+    """An image of the batch could not be decoded; `.index` is its position in the batch. Derives
+    from ValueError (bad input) and RuntimeError (what torchvision.io raises)."""
+
+    def __init__(self, message: str, index: int):
+        super().__init__(message)
+        self.index = index
+
+
+def as_buffer(x, i: int, single: bool):
+    """A zero-copy byte view of one encoded image."""
+    where = "data" if single else f"data[{i}]"
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return x
+    if isinstance(x, torch.Tensor):
+        if x.dtype != torch.uint8 or x.dim() != 1:
+            raise ValueError(f"decode_jpeg: {where} must be a 1-D uint8 tensor, got {x.dtype} of shape {tuple(x.shape)}")
+        return x.detach().cpu().contiguous().numpy()
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.uint8 or x.ndim != 1:
+            raise ValueError(f"decode_jpeg: {where} must be a 1-D uint8 array, got {x.dtype} of shape {x.shape}")
+        return np.ascontiguousarray(x)
+    if isinstance(x, (str, os.PathLike)):
+        raise TypeError(f"decode_jpeg: {where} is a path; pass its bytes (orbbec.io.read_file(path))")
+    raise TypeError(f"decode_jpeg: {where} must be bytes, a 1-D uint8 numpy array or tensor, got {type(x).__name__}")
+
+
+def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
+    """Applies an EXIF orientation tag (1-8) to an HWC image, as cv2.imread does."""
+    if orientation in (2, 4):
+        return image.flip(1 if orientation == 2 else 0).contiguous()
+    if orientation == 3:
+        return image.flip(0).flip(1).contiguous()
+    if orientation in (5, 6, 7, 8):
+        t = image.transpose(0, 1)  # 5: transpose
+        if orientation == 6:
+            t = t.flip(1)  # rotate 90 clockwise
+        elif orientation == 7:
+            t = t.flip(0).flip(1)  # transverse
+        elif orientation == 8:
+            t = t.flip(0)  # rotate 90 counter-clockwise
+        return t.contiguous()
+    return image

@@ -1,0 +1,99 @@
+"""The CPU decode path: OpenCV's imdecode (libjpeg-turbo) in parallel threads. cv2 releases the
+GIL while it decodes, so threads scale; inside a DataLoader worker one thread is the default, the
+workers being the parallelism there."""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from .._library import _C
+from ._buffers import orient
+
+_pool = None
+_pool_threads = 0
+
+
+def _cv2():
+    try:
+        import cv2
+    except ImportError as exc:
+        raise ImportError("decode_jpeg(device='cpu') needs OpenCV: pip install opencv-python-headless") from exc
+    return cv2
+
+
+def _flags(cv2, mode, reduce, apply_exif):
+    gray = mode == "GRAY"
+    if reduce == 1:
+        flags = cv2.IMREAD_GRAYSCALE if gray else cv2.IMREAD_COLOR
+    else:
+        name = ("IMREAD_REDUCED_GRAYSCALE_" if gray else "IMREAD_REDUCED_COLOR_") + str(reduce)
+        flags = getattr(cv2, name)
+    return flags if apply_exif else flags | cv2.IMREAD_IGNORE_ORIENTATION
+
+
+def _decode_one(cv2, buf, mode, reduce, roi, apply_exif):
+    problem = _C.jpeg_buffer_problem(buf)
+    if problem:
+        return None, problem
+    img = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), _flags(cv2, mode, reduce, apply_exif))
+    if img is None:
+        return None, "corrupt or unsupported JPEG (OpenCV could not decode it)"
+    if roi is not None:
+        x, y, w, h = roi
+        # roi is in the stored image's pixels; at reduce r the decoded image is ceil(size / r).
+        full_h, full_w = img.shape[0] * reduce, img.shape[1] * reduce
+        if x < 0 or y < 0 or w <= 0 or h <= 0 or (x + w > full_w) or (y + h > full_h):
+            return None, f"roi {tuple(roi)} is not inside the image"
+        img = img[y // reduce:-(-(y + h) // reduce), x // reduce:-(-(x + w) // reduce)]
+    if mode == "RGB":
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    elif mode == "GRAY":
+        img = img[:, :, None]
+    return torch.from_numpy(np.ascontiguousarray(img)), ""
+
+
+def decode(buffers, mode, reduces, rois, apply_exif, threads):
+    """Returns (images, errors): a uint8 HWC CPU tensor or None per buffer, and '' or the reason."""
+    global _pool, _pool_threads
+    cv2 = _cv2()
+    if threads is None:
+        in_worker = torch.utils.data.get_worker_info() is not None
+        threads = 1 if in_worker else (os.cpu_count() or 1)
+    threads = max(1, min(int(threads), len(buffers)))
+    args = list(zip(buffers, reduces, rois))
+    if threads == 1:
+        results = [_decode_one(cv2, b, mode, r, roi, apply_exif) for b, r, roi in args]
+    else:
+        if _pool is None or _pool_threads < threads:
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="orbbec-decode")
+            _pool_threads = threads
+        results = list(_pool.map(lambda a: _decode_one(cv2, a[0], mode, a[1], a[2], apply_exif), args))
+    return [r[0] for r in results], [r[1] for r in results]
+
+
+def exif_orientation(buf) -> int:
+    """The EXIF orientation tag of a JPEG (1 when absent), read from its APP1 segment."""
+    b = bytes(memoryview(buf)[:65536])
+    i = 2
+    while i + 4 <= len(b) and b[i] == 0xFF:
+        marker, length = b[i + 1], int.from_bytes(b[i + 2:i + 4], "big")
+        if marker == 0xE1 and b[i + 4:i + 10] == b"Exif\0\0":
+            tiff = b[i + 10:i + 2 + length]
+            order = "little" if tiff[:2] == b"II" else "big"
+            ifd = int.from_bytes(tiff[4:8], order)
+            for k in range(int.from_bytes(tiff[ifd:ifd + 2], order)):
+                e = ifd + 2 + 12 * k
+                if int.from_bytes(tiff[e:e + 2], order) == 0x0112:
+                    v = int.from_bytes(tiff[e + 8:e + 10], order)
+                    return v if 1 <= v <= 8 else 1
+            return 1
+        if marker == 0xDA:
+            break
+        i += 2 + length
+    return 1
+
+
+__all__ = ["decode", "exif_orientation", "orient"]

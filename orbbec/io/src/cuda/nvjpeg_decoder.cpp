@@ -1,0 +1,502 @@
+#ifdef WITH_NVJPEG
+#include "io/src/cuda/nvjpeg_decoder.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <nvjpeg.h>
+
+#include "io/src/cuda/worker_pool.h"
+#include "io/src/jpeg_buffer.h"
+
+namespace orbbec {
+namespace io {
+namespace {
+
+const char* status_name(nvjpegStatus_t s) {
+  switch (s) {
+    case NVJPEG_STATUS_SUCCESS: return "success";
+    case NVJPEG_STATUS_NOT_INITIALIZED: return "not initialized";
+    case NVJPEG_STATUS_INVALID_PARAMETER: return "invalid parameter";
+    case NVJPEG_STATUS_BAD_JPEG: return "bad JPEG";
+    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED: return "JPEG not supported";
+    case NVJPEG_STATUS_ALLOCATOR_FAILURE: return "allocator failure";
+    case NVJPEG_STATUS_EXECUTION_FAILED: return "execution failed";
+    case NVJPEG_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case NVJPEG_STATUS_INTERNAL_ERROR: return "internal error";
+    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: return "implementation not supported";
+    case NVJPEG_STATUS_INCOMPLETE_BITSTREAM: return "incomplete bitstream";
+  }
+  return "unknown status";
+}
+
+#define ORBBEC_NVJPEG(call)                                                                     \
+  do {                                                                                         \
+    nvjpegStatus_t s_ = (call);                                                                \
+    TORCH_CHECK(s_ == NVJPEG_STATUS_SUCCESS, "nvJPEG: " #call " failed: ", status_name(s_)); \
+  } while (0)
+#define ORBBEC_CUDA(call)                                                                             \
+  do {                                                                                               \
+    cudaError_t e_ = (call);                                                                         \
+    TORCH_CHECK(e_ == cudaSuccess, "orbbec.io: " #call " failed: ", cudaGetErrorString(e_)); \
+  } while (0)
+
+using Clock = std::chrono::steady_clock;
+
+nvjpegOutputFormat_t output_format(JpegMode mode) {
+  switch (mode) {
+    case JpegMode::BGR: return NVJPEG_OUTPUT_BGRI;
+    case JpegMode::GRAY: return NVJPEG_OUTPUT_Y;
+    default: return NVJPEG_OUTPUT_RGBI;
+  }
+}
+
+int channels(JpegMode mode) { return mode == JpegMode::GRAY ? 1 : 3; }
+
+// What the header says about one image, and where it goes.
+struct ImagePlan {
+  bool ok = false;
+  bool hardware = false;  // the hardware engine accepts it
+  int64_t height = 0, width = 0;
+  int64_t pixels = 0;  // of the output
+};
+
+// One thread's nvJPEG objects. Each thread owns a hybrid decoder state (with two pinned buffers, so
+// that the Huffman decoding of the next image overlaps the copy of the previous one) and a state
+// for batched hardware decoding; its work goes to its own stream.
+struct Worker {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done = nullptr;
+  bool used = false;
+
+  nvjpegJpegStream_t header = nullptr;  // for the parse phase
+  nvjpegJpegDecoder_t decoder = nullptr;
+  nvjpegJpegState_t state = nullptr;
+  nvjpegBufferPinned_t pinned[2] = {nullptr, nullptr};
+  nvjpegBufferDevice_t device_buffer = nullptr;
+  nvjpegJpegStream_t bitstream[2] = {nullptr, nullptr};
+  cudaEvent_t copied[2] = {nullptr, nullptr};
+  bool copy_pending[2] = {false, false};
+  int next_buffer = 0;
+  nvjpegDecodeParams_t params = nullptr;
+
+  nvjpegJpegState_t hw_state = nullptr;
+  int hw_batch = 0;
+  nvjpegOutputFormat_t hw_format = NVJPEG_OUTPUT_UNCHANGED;
+  std::vector<nvjpegDecodeParams_t> hw_params;
+  cudaEvent_t hw_start = nullptr, hw_end = nullptr;
+  bool hw_timed = false;
+
+  double hybrid_seconds = 0;  // host time spent on hybrid images in the current call
+};
+
+int default_threads() {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores - 1, 2, 16);
+}
+
+int requested_threads = 0;
+
+class Decoder {
+ public:
+  explicit Decoder(int device) : device_(device) {
+    c10::cuda::CUDAGuard guard(device);
+    ORBBEC_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &handle_));
+    // The hardware engine exists on A100, H100 and their kin; elsewhere everything takes the hybrid path.
+    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hw_handle_) !=
+        NVJPEG_STATUS_SUCCESS) {
+      hw_handle_ = nullptr;
+    }
+    const int n = requested_threads > 0 ? requested_threads : default_threads();
+    workers_.resize(n);
+    for (auto& w : workers_) create(w);
+    pool_ = std::make_unique<WorkerPool>(n, [device](int) { cudaSetDevice(device); });
+    hybrid_rate_per_thread_ = 3e8;  // px/s, a first guess replaced by measurements
+    hardware_rate_ = 1e10;
+    // Hardware batches in flight at once (each from its own thread and stream).
+    if (const char* lanes = std::getenv("ORBBEC_NVJPEG_LANES")) max_lanes_ = std::max(1, std::atoi(lanes));
+  }
+
+  ~Decoder() {
+    pool_.reset();
+    for (auto& w : workers_) destroy(w);
+    if (hw_handle_) nvjpegDestroy(hw_handle_);
+    nvjpegDestroy(handle_);
+  }
+
+  std::vector<DecodedImage> decode(const std::vector<EncodedImage>& images, JpegMode mode);
+  DecoderStats stats() const;
+
+ private:
+  void create(Worker& w) {
+    ORBBEC_CUDA(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking));
+    ORBBEC_CUDA(cudaEventCreateWithFlags(&w.done, cudaEventDisableTiming));
+    ORBBEC_NVJPEG(nvjpegJpegStreamCreate(hw_handle_ ? hw_handle_ : handle_, &w.header));
+    ORBBEC_NVJPEG(nvjpegDecoderCreate(handle_, NVJPEG_BACKEND_HYBRID, &w.decoder));
+    ORBBEC_NVJPEG(nvjpegDecoderStateCreate(handle_, w.decoder, &w.state));
+    ORBBEC_NVJPEG(nvjpegBufferDeviceCreate(handle_, nullptr, &w.device_buffer));
+    ORBBEC_NVJPEG(nvjpegStateAttachDeviceBuffer(w.state, w.device_buffer));
+    for (int b = 0; b < 2; ++b) {
+      ORBBEC_NVJPEG(nvjpegBufferPinnedCreate(handle_, nullptr, &w.pinned[b]));
+      ORBBEC_NVJPEG(nvjpegJpegStreamCreate(handle_, &w.bitstream[b]));
+      ORBBEC_CUDA(cudaEventCreateWithFlags(&w.copied[b], cudaEventDisableTiming));
+    }
+    ORBBEC_NVJPEG(nvjpegDecodeParamsCreate(handle_, &w.params));
+    if (hw_handle_) {
+      ORBBEC_NVJPEG(nvjpegJpegStateCreate(hw_handle_, &w.hw_state));
+      ORBBEC_CUDA(cudaEventCreate(&w.hw_start));
+      ORBBEC_CUDA(cudaEventCreate(&w.hw_end));
+    }
+  }
+
+  static void destroy(Worker& w) {
+    if (w.stream) cudaStreamSynchronize(w.stream);
+    for (auto p : w.hw_params) nvjpegDecodeParamsDestroy(p);
+    if (w.hw_state) nvjpegJpegStateDestroy(w.hw_state);
+    if (w.params) nvjpegDecodeParamsDestroy(w.params);
+    if (w.state) nvjpegJpegStateDestroy(w.state);
+    if (w.decoder) nvjpegDecoderDestroy(w.decoder);
+    for (int b = 0; b < 2; ++b) {
+      if (w.bitstream[b]) nvjpegJpegStreamDestroy(w.bitstream[b]);
+      if (w.pinned[b]) nvjpegBufferPinnedDestroy(w.pinned[b]);
+      if (w.copied[b]) cudaEventDestroy(w.copied[b]);
+    }
+    if (w.device_buffer) nvjpegBufferDeviceDestroy(w.device_buffer);
+    if (w.header) nvjpegJpegStreamDestroy(w.header);
+    for (auto e : {w.done, w.hw_start, w.hw_end}) {
+      if (e) cudaEventDestroy(e);
+    }
+    if (w.stream) cudaStreamDestroy(w.stream);
+  }
+
+  void plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out);
+  void decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out);
+  void decode_hardware(Worker& w, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
+                       JpegMode mode, std::vector<DecodedImage>& out);
+  void update_hardware_rate();
+  void begin(Worker& w) {
+    if (!w.used) {
+      cudaStreamWaitEvent(w.stream, ready_, 0);
+      w.used = true;
+    }
+  }
+
+  int device_;
+  nvjpegHandle_t handle_ = nullptr, hw_handle_ = nullptr;
+  std::vector<Worker> workers_;
+  std::unique_ptr<WorkerPool> pool_;
+  cudaEvent_t ready_ = nullptr;
+  std::mutex mutex_;  // one batch at a time per device
+
+  // Measured rates, in output pixels per second: the hardware engine's (from its events, read one
+  // call later so as never to wait for the GPU), and one hybrid thread's (from host time).
+  double hardware_rate_, hybrid_rate_per_thread_;
+  int64_t last_hardware_pixels_ = 0;
+  int64_t hardware_images_ = 0, hybrid_images_ = 0;
+  std::atomic<int64_t> hardware_failures_{0};
+  int max_lanes_ = 2;
+};
+
+void Decoder::plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out) {
+  out.error = jpeg_buffer_problem(in.data, in.size);
+  if (!out.error.empty()) return;
+  const nvjpegHandle_t parser = hw_handle_ ? hw_handle_ : handle_;
+  nvjpegStatus_t s = nvjpegJpegStreamParse(parser, in.data, in.size, 1, 0, w.header);
+  if (s != NVJPEG_STATUS_SUCCESS) {
+    out.error = std::string("corrupt JPEG header (nvJPEG: ") + status_name(s) + ")";
+    out.unsupported = s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED;
+    return;
+  }
+  unsigned width = 0, height = 0;
+  nvjpegJpegStreamGetFrameDimensions(w.header, &width, &height);
+  if (width == 0 || height == 0) {
+    out.error = "corrupt JPEG header: zero width or height";
+    return;
+  }
+  nvjpegExifOrientation_t orientation = NVJPEG_ORIENTATION_NORMAL;
+  if (nvjpegJpegStreamGetExifOrientation(w.header, &orientation) == NVJPEG_STATUS_SUCCESS &&
+      orientation >= NVJPEG_ORIENTATION_NORMAL && orientation <= NVJPEG_ORIENTATION_ROTATE_270) {
+    out.exif_orientation = static_cast<int>(orientation);
+  }
+  const auto& r = in.roi;
+  plan.width = width;
+  plan.height = height;
+  if (r[2] >= 0) {
+    if (r[0] < 0 || r[1] < 0 || r[2] <= 0 || r[3] <= 0 || r[0] + r[2] > static_cast<int>(width) ||
+        r[1] + r[3] > static_cast<int>(height)) {
+      out.error = "roi (" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + ", " + std::to_string(r[2]) +
+                  ", " + std::to_string(r[3]) + ") is not inside the " + std::to_string(width) + " x " +
+                  std::to_string(height) + " image";
+      return;
+    }
+    plan.width = r[2];
+    plan.height = r[3];
+  }
+  plan.pixels = plan.width * plan.height;
+  plan.ok = true;
+  if (hw_handle_) {
+    int unsupported = 1;
+    if (r[2] >= 0) {
+      nvjpegDecodeParamsSetOutputFormat(w.params, output_format(mode));
+      nvjpegDecodeParamsSetROI(w.params, r[0], r[1], r[2], r[3]);
+      s = nvjpegDecodeBatchedSupportedEx(hw_handle_, w.header, w.params, &unsupported);
+    } else {
+      s = nvjpegDecodeBatchedSupported(hw_handle_, w.header, &unsupported);
+    }
+    plan.hardware = s == NVJPEG_STATUS_SUCCESS && unsupported == 0;
+  }
+}
+
+void Decoder::decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out) {
+  const auto t0 = Clock::now();
+  begin(w);
+  const int b = w.next_buffer;
+  w.next_buffer ^= 1;
+  // The pinned buffer `b` may still be feeding the copy of the image before last.
+  if (w.copy_pending[b]) {
+    cudaEventSynchronize(w.copied[b]);
+    w.copy_pending[b] = false;
+  }
+  nvjpegStatus_t s = nvjpegJpegStreamParse(handle_, in.data, in.size, 0, 0, w.bitstream[b]);
+  if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegStateAttachPinnedBuffer(w.state, w.pinned[b]);
+  if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeParamsSetOutputFormat(w.params, output_format(mode));
+  if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeParamsSetROI(w.params, in.roi[0], in.roi[1], in.roi[2], in.roi[3]);
+  if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeParamsSetAllowCMYK(w.params, 1);
+  if (s == NVJPEG_STATUS_SUCCESS) {
+    int unsupported = 0;
+    s = nvjpegDecoderJpegSupported(w.decoder, w.bitstream[b], w.params, &unsupported);
+    if (s == NVJPEG_STATUS_SUCCESS && unsupported) s = NVJPEG_STATUS_JPEG_NOT_SUPPORTED;
+  }
+  if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeJpegHost(handle_, w.decoder, w.state, w.params, w.bitstream[b]);
+  if (s == NVJPEG_STATUS_SUCCESS) s = nvjpegDecodeJpegTransferToDevice(handle_, w.decoder, w.state, w.bitstream[b], w.stream);
+  if (s == NVJPEG_STATUS_SUCCESS) {
+    cudaEventRecord(w.copied[b], w.stream);
+    w.copy_pending[b] = true;
+    nvjpegImage_t dst{};
+    dst.channel[0] = out.image.data_ptr<uint8_t>();
+    dst.pitch[0] = static_cast<size_t>(out.image.size(1)) * out.image.size(2);
+    s = nvjpegDecodeJpegDevice(handle_, w.decoder, w.state, &dst, w.stream);
+  }
+  out.path = 1;
+  if (s != NVJPEG_STATUS_SUCCESS) {
+    out.error = std::string(s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED ? "not supported by nvJPEG"
+                                                                   : "corrupt JPEG data") +
+                " (nvJPEG: " + status_name(s) + ")";
+    out.unsupported = s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED || s == NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED;
+  }
+  w.hybrid_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void Decoder::decode_hardware(Worker& w, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
+                              JpegMode mode, std::vector<DecodedImage>& out) {
+  begin(w);
+  const int n = static_cast<int>(chunk.size());
+  const nvjpegOutputFormat_t format = output_format(mode);
+  std::vector<const unsigned char*> data(n);
+  std::vector<size_t> sizes(n);
+  std::vector<nvjpegImage_t> dst(n);
+  bool any_roi = false;
+  for (int k = 0; k < n; ++k) {
+    const EncodedImage& in = images[chunk[k]];
+    const at::Tensor& img = out[chunk[k]].image;
+    data[k] = in.data;
+    sizes[k] = in.size;
+    dst[k] = nvjpegImage_t{};
+    dst[k].channel[0] = img.data_ptr<uint8_t>();
+    dst[k].pitch[0] = static_cast<size_t>(img.size(1)) * img.size(2);
+    any_roi |= in.roi[2] >= 0;
+  }
+  nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
+  if (w.hw_batch != n || w.hw_format != format) {
+    s = nvjpegDecodeBatchedInitialize(hw_handle_, w.hw_state, n, 1, format);
+    w.hw_batch = s == NVJPEG_STATUS_SUCCESS ? n : 0;
+    w.hw_format = format;
+  }
+  if (s == NVJPEG_STATUS_SUCCESS) {
+    cudaEventRecord(w.hw_start, w.stream);
+    if (any_roi) {
+      while (static_cast<int>(w.hw_params.size()) < n) {
+        nvjpegDecodeParams_t p;
+        ORBBEC_NVJPEG(nvjpegDecodeParamsCreate(hw_handle_, &p));
+        w.hw_params.push_back(p);
+      }
+      for (int k = 0; k < n; ++k) {
+        const auto& r = images[chunk[k]].roi;
+        nvjpegDecodeParamsSetOutputFormat(w.hw_params[k], format);
+        nvjpegDecodeParamsSetROI(w.hw_params[k], r[0], r[1], r[2], r[3]);
+      }
+      s = nvjpegDecodeBatchedEx(hw_handle_, w.hw_state, data.data(), sizes.data(), dst.data(), w.hw_params.data(),
+                                w.stream);
+    } else {
+      s = nvjpegDecodeBatched(hw_handle_, w.hw_state, data.data(), sizes.data(), dst.data(), w.stream);
+    }
+    cudaEventRecord(w.hw_end, w.stream);
+    w.hw_timed = s == NVJPEG_STATUS_SUCCESS;
+  }
+  if (s == NVJPEG_STATUS_SUCCESS) {
+    for (size_t i : chunk) out[i].path = 0;
+    return;
+  }
+  // One bad bitstream fails the whole hardware batch: decode its images one by one instead, so that
+  // the good ones survive and the bad one gets its own error. The state is re-initialised next time.
+  ++hardware_failures_;
+  w.hw_batch = 0;
+  for (size_t i : chunk) decode_hybrid(w, images[i], mode, out[i]);
+}
+
+void Decoder::update_hardware_rate() {
+  // Read the events of the previous call's hardware batches if the GPU has finished them.
+  if (last_hardware_pixels_ == 0) return;
+  float longest = 0;
+  for (auto& w : workers_) {
+    if (!w.hw_timed) continue;
+    if (cudaEventQuery(w.hw_end) != cudaSuccess) {
+      cudaGetLastError();  // not ready: clear, and try again next call
+      return;
+    }
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, w.hw_start, w.hw_end) == cudaSuccess) longest = std::max(longest, ms);
+  }
+  for (auto& w : workers_) w.hw_timed = false;
+  if (longest > 0) {
+    const double rate = last_hardware_pixels_ / (longest * 1e-3);
+    hardware_rate_ = 0.7 * hardware_rate_ + 0.3 * rate;
+  }
+  last_hardware_pixels_ = 0;
+}
+
+std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::cuda::CUDAGuard guard(device_);
+  const size_t n = images.size();
+  std::vector<DecodedImage> out(n);
+  std::vector<ImagePlan> plans(n);
+  update_hardware_rate();
+
+  pool_->run(n, [&](int w, size_t i) { plan(workers_[w], images[i], mode, plans[i], out[i]); });
+
+  // Outputs come from the caching allocator on the current stream; the workers' streams start
+  // after `ready_`, i.e. after whatever the current stream did with that memory before.
+  const auto current = c10::cuda::getCurrentCUDAStream(device_);
+  const auto options = at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_);
+  std::vector<size_t> hardware, hybrid;
+  int64_t hardware_pixels = 0, hybrid_pixels = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!plans[i].ok) continue;
+    out[i].image = at::empty({plans[i].height, plans[i].width, channels(mode)}, options);
+    (plans[i].hardware ? hardware : hybrid).push_back(i);
+    (plans[i].hardware ? hardware_pixels : hybrid_pixels) += plans[i].pixels;
+  }
+  if (!ready_) ORBBEC_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  ORBBEC_CUDA(cudaEventRecord(ready_, current.stream()));
+
+  // Split: move images from the hardware engine's list to the hybrid path until the hybrid path's
+  // predicted time reaches the hardware's. Lanes: hardware batches in flight at once.
+  const int threads = pool_->size();
+  int lanes = hardware.empty() ? 0 : std::min<int>(max_lanes_, std::max<int>(1, static_cast<int>(hardware.size() / 8)));
+  const double hybrid_rate = hybrid_rate_per_thread_ * std::max(1, threads - lanes);
+  while (hardware.size() > 1) {
+    const int64_t px = plans[hardware.back()].pixels;
+    if ((hybrid_pixels + px) / hybrid_rate > (hardware_pixels - px) / hardware_rate_) break;
+    hybrid.push_back(hardware.back());
+    hardware.pop_back();
+    hybrid_pixels += px;
+    hardware_pixels -= px;
+  }
+  lanes = hardware.empty() ? 0 : std::min<int>(lanes, hardware.size());
+  std::vector<std::vector<size_t>> chunks(lanes);
+  for (size_t k = 0; k < hardware.size(); ++k) chunks[k * lanes / hardware.size()].push_back(hardware[k]);
+  // Largest hybrid images first, so that no thread is left with a big one at the end.
+  std::stable_sort(hybrid.begin(), hybrid.end(), [&](size_t a, size_t b) { return plans[a].pixels > plans[b].pixels; });
+
+  for (auto& w : workers_) w.hybrid_seconds = 0;
+  pool_->run(chunks.size() + hybrid.size(), [&](int w, size_t job) {
+    try {
+      if (job < chunks.size()) {
+        decode_hardware(workers_[w], chunks[job], images, mode, out);
+      } else {
+        decode_hybrid(workers_[w], images[hybrid[job - chunks.size()]], mode, out[hybrid[job - chunks.size()]]);
+      }
+    } catch (const std::exception& e) {
+      const auto& ids = job < chunks.size() ? chunks[job] : std::vector<size_t>{hybrid[job - chunks.size()]};
+      for (size_t i : ids) out[i].error = e.what();
+    }
+  });
+
+  double hybrid_seconds = 0;
+  for (auto& w : workers_) {
+    hybrid_seconds += w.hybrid_seconds;
+    if (!w.used) continue;
+    cudaEventRecord(w.done, w.stream);
+    cudaStreamWaitEvent(current.stream(), w.done, 0);
+    w.used = false;
+  }
+  if (hybrid_seconds > 0 && hybrid_pixels > 0) {
+    hybrid_rate_per_thread_ = 0.7 * hybrid_rate_per_thread_ + 0.3 * (hybrid_pixels / hybrid_seconds);
+  }
+  last_hardware_pixels_ = hardware_pixels;
+  for (size_t i = 0; i < n; ++i) {
+    if (!out[i].error.empty()) {
+      out[i].image = at::Tensor();
+    } else if (out[i].path == 0) {
+      ++hardware_images_;
+    } else if (out[i].path == 1) {
+      ++hybrid_images_;
+    }
+  }
+  const cudaError_t e = cudaGetLastError();
+  TORCH_CHECK(e == cudaSuccess, "orbbec.io: CUDA error while decoding: ", cudaGetErrorString(e));
+  return out;
+}
+
+DecoderStats Decoder::stats() const {
+  DecoderStats s;
+  s.hardware_images = hardware_images_;
+  s.hybrid_images = hybrid_images_;
+  s.hardware_batches_failed = hardware_failures_;
+  s.hardware_pixels_per_s = hw_handle_ ? hardware_rate_ : 0;
+  s.hybrid_pixels_per_s = hybrid_rate_per_thread_ * pool_->size();
+  s.threads = pool_->size();
+  s.hardware_available = hw_handle_ != nullptr;
+  return s;
+}
+
+std::mutex decoders_mutex;
+std::map<int, std::unique_ptr<Decoder>>& decoders() {
+  // Never destroyed: at interpreter exit the CUDA context may already be gone.
+  static auto* map = new std::map<int, std::unique_ptr<Decoder>>();
+  return *map;
+}
+
+Decoder& decoder_for(int device) {
+  std::lock_guard<std::mutex> lock(decoders_mutex);
+  auto& d = decoders()[device];
+  if (!d) d = std::make_unique<Decoder>(device);
+  return *d;
+}
+
+}  // namespace
+
+std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device) {
+  return decoder_for(device).decode(images, mode);
+}
+
+DecoderStats decoder_stats(int device) { return decoder_for(device).stats(); }
+
+void set_decode_threads(int threads) {
+  std::lock_guard<std::mutex> lock(decoders_mutex);
+  requested_threads = threads;
+}
+
+}  // namespace io
+}  // namespace orbbec
+#endif  // WITH_NVJPEG

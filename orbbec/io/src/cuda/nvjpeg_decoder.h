@@ -1,0 +1,54 @@
+// Batched JPEG decoding on one GPU with nvJPEG, driving two engines at once:
+//  - the hardware JPEG decoder (NVJPEG_BACKEND_HARDWARE, batched), for baseline JPEGs it supports;
+//  - the hybrid backend (Huffman decoding on CPU threads, IDCT and colour conversion on the GPU),
+//    for everything else and for the share of the batch that the hardware would finish last.
+// Each batch is split by the two paths' rates as measured on earlier batches, so both finish at about
+// the same time. Output tensors come from PyTorch's caching allocator on the caller's current stream;
+// the decoder's own streams wait for that stream before writing and the current stream waits for
+// them before returning, so the results are ordered on the current stream like any other op's.
+#pragma once
+#ifdef WITH_NVJPEG
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace orbbec {
+namespace io {
+
+enum class JpegMode : int { RGB = 0, BGR = 1, GRAY = 2 };
+
+struct EncodedImage {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::array<int, 4> roi{0, 0, -1, -1};  // x, y, width, height; width < 0: the whole image
+};
+
+struct DecodedImage {
+  at::Tensor image;   // uint8 [H, W, C] on the GPU; undefined when error is set
+  std::string error;  // empty on success
+  bool unsupported = false;  // nvJPEG cannot decode this file at all (a CPU decoder may)
+  int exif_orientation = 1;  // EXIF orientation tag, 1 when absent
+  int path = -1;             // 0 hardware engine, 1 hybrid (CPU Huffman + GPU)
+};
+
+// Decodes on `device` (an index); blocks until every image's host-side work has been submitted.
+std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device);
+
+// Counters and the measured rates of the decoder on `device`, for benchmarks and debugging.
+struct DecoderStats {
+  int64_t hardware_images = 0, hybrid_images = 0, hardware_batches_failed = 0;
+  double hardware_pixels_per_s = 0, hybrid_pixels_per_s = 0;
+  int threads = 0;
+  bool hardware_available = false;
+};
+DecoderStats decoder_stats(int device);
+
+// Threads of the hybrid path for decoders created from now on (0: the default).
+void set_decode_threads(int threads);
+
+}  // namespace io
+}  // namespace orbbec
+#endif  // WITH_NVJPEG
