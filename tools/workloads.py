@@ -45,3 +45,40 @@ def forward_matrices(batch: int, in_hws, out_hw, seed: int = 0) -> np.ndarray:
         m[1, 2] += rng.uniform(-0.5, 0.5)
         mats.append(m)
     return np.stack(mats)
+
+
+# JPEG sets for decoding and the pipeline: name -> (width, height, batch, images).
+JPEG_SETS = {
+    "jpeg-1080p": (1920, 1080, 64, 128),
+    "jpeg-500x375": (500, 375, 128, 1024),
+}
+
+
+def jpeg_set(name: str, images: int | None = None, sampling: str = "420") -> list:
+    """Encoded JPEGs of a set: image i is photograph i mod 4 resized to W x H, scaled up by
+    uniform(1.0, 1.6) and cropped back to W x H at a uniform offset, mirrored when i is odd, encoded
+    by cv2.imencode at quality 90 (numpy.random.default_rng(5) draws scale, then y, then x offset).
+    `sampling` (444, 422, 420, 440) sets the chroma subsampling; 420 is cv2's default."""
+    import cv2
+    from skimage import data
+
+    w, h, _, count = JPEG_SETS[name]
+    count = images or count
+    base = [cv2.resize(getattr(data, n)()[:, :, ::-1], (w, h), interpolation=cv2.INTER_LINEAR)
+            for n in ("astronaut", "chelsea", "coffee", "rocket")]
+    factor = getattr(cv2, f"IMWRITE_JPEG_SAMPLING_FACTOR_{sampling}")
+    rng = np.random.default_rng(5)
+    out = []
+    for i in range(count):
+        s = rng.uniform(1.0, 1.6)
+        big = cv2.resize(base[i % 4], (int(round(w * s)), int(round(h * s))), interpolation=cv2.INTER_LINEAR)
+        y = int(rng.uniform(0, big.shape[0] - h + 1))
+        x = int(rng.uniform(0, big.shape[1] - w + 1))
+        img = big[y:y + h, x:x + w]
+        if i % 2:
+            img = img[:, ::-1]
+        ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(img),
+                               [cv2.IMWRITE_JPEG_QUALITY, 90, cv2.IMWRITE_JPEG_SAMPLING_FACTOR, factor])
+        assert ok
+        out.append(buf.tobytes())
+    return out

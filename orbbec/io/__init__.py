@@ -103,14 +103,14 @@ def _per_image(value, n, name, single, default):
     return [default if v is None else v for v in value]
 
 
-def _decode_cuda(buffers, mode, rois, apply_exif, dev):
+def _decode_cuda(buffers, mode, rois, apply_exif, dev, only_path=-1):
     if not getattr(_C, "with_nvjpeg", False):
         raise RuntimeError("decode_jpeg: orbbec was built without nvJPEG, so it cannot decode on the GPU; "
                            "rebuild with CUDA and nvJPEG (`pip install nvidia-nvjpeg`, see docs/building.md) "
                            "or use device='cpu'")
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     roi_arg = None if all(r is None for r in rois) else rois
-    images, errors, unsupported, orientations, _ = _C.decode_jpeg_cuda(buffers, _MODES[mode], index, roi_arg)
+    images, errors, unsupported, orientations, _ = _C.decode_jpeg_cuda(buffers, _MODES[mode], index, roi_arg, only_path)
     # What nvJPEG cannot decode at all (e.g. 12-bit or lossless JPEG) goes to OpenCV, then to the GPU.
     retry = [i for i, u in enumerate(unsupported) if u]
     if retry:

@@ -47,7 +47,7 @@ std::string problem(const py::handle& obj) {
 // Returns (images, errors, unsupported, exif_orientations, paths): per input, the uint8 HWC tensor
 // or None, the error message ('' on success), whether nvJPEG cannot decode it at all, its EXIF
 // orientation and the path that decoded it (0 hardware, 1 hybrid, -1 none).
-py::tuple decode_cuda(const py::list& data, int mode, int device, const py::object& rois) {
+py::tuple decode_cuda(const py::list& data, int mode, int device, const py::object& rois, int only_path) {
   const size_t n = data.size();
   std::vector<Bytes> keep;
   keep.reserve(n);
@@ -68,7 +68,7 @@ py::tuple decode_cuda(const py::list& data, int mode, int device, const py::obje
   std::vector<DecodedImage> out;
   {
     py::gil_scoped_release release;
-    out = decode_jpeg_cuda(images, static_cast<JpegMode>(mode), device);
+    out = decode_jpeg_cuda(images, static_cast<JpegMode>(mode), device, only_path);
   }
   py::list tensors, errors, unsupported, orientations, paths;
   for (auto& o : out) {
@@ -101,7 +101,8 @@ void bind(py::module& m) {
   m.def("jpeg_buffer_problem", &problem, "Why a buffer cannot be a complete JPEG ('' if it may be)");
 #ifdef WITH_NVJPEG
   m.attr("with_nvjpeg") = true;
-  m.def("decode_jpeg_cuda", &decode_cuda, py::arg("data"), py::arg("mode"), py::arg("device"), py::arg("rois"));
+  m.def("decode_jpeg_cuda", &decode_cuda, py::arg("data"), py::arg("mode"), py::arg("device"), py::arg("rois"),
+        py::arg("only_path") = -1);
   m.def("jpeg_decoder_stats", &stats, py::arg("device"));
   m.def("set_jpeg_decode_threads", &set_decode_threads, py::arg("threads"));
 #else

@@ -70,9 +70,8 @@ struct ImagePlan {
   int64_t pixels = 0;  // of the output
 };
 
-// One thread's nvJPEG objects. Each thread owns a hybrid decoder state (with two pinned buffers, so
-// that the Huffman decoding of the next image overlaps the copy of the previous one) and a state
-// for batched hardware decoding; its work goes to its own stream.
+// One thread's nvJPEG objects: a hybrid decoder state with two pinned buffers, so that the Huffman
+// decoding of the next image overlaps the copy of the previous one. Its work goes to its own stream.
 struct Worker {
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
@@ -89,14 +88,18 @@ struct Worker {
   int next_buffer = 0;
   nvjpegDecodeParams_t params = nullptr;
 
-  nvjpegJpegState_t hw_state = nullptr;
-  int hw_batch = 0;
-  nvjpegOutputFormat_t hw_format = NVJPEG_OUTPUT_UNCHANGED;
-  std::vector<nvjpegDecodeParams_t> hw_params;
-  cudaEvent_t hw_start = nullptr, hw_end = nullptr;
-  bool hw_timed = false;
-
   double hybrid_seconds = 0;  // host time spent on hybrid images in the current call
+};
+
+// One hardware batch in flight: its nvJPEG state sizes itself to the largest batch of the largest
+// images it has seen, so the decoder keeps only a few of them (not one per thread) to bound memory.
+struct HwLane {
+  nvjpegJpegState_t state = nullptr;
+  int batch = 0;
+  nvjpegOutputFormat_t format = NVJPEG_OUTPUT_UNCHANGED;
+  std::vector<nvjpegDecodeParams_t> params;
+  cudaEvent_t start = nullptr, end = nullptr;
+  bool timed = false;
 };
 
 int default_threads() {
@@ -124,16 +127,21 @@ class Decoder {
     hardware_rate_ = 1e10;
     // Hardware batches in flight at once (each from its own thread and stream).
     if (const char* lanes = std::getenv("ORBBEC_NVJPEG_LANES")) max_lanes_ = std::max(1, std::atoi(lanes));
+    if (hw_handle_) {
+      lanes_.resize(max_lanes_);
+      for (auto& l : lanes_) create(l);
+    }
   }
 
   ~Decoder() {
     pool_.reset();
+    for (auto& l : lanes_) destroy(l);
     for (auto& w : workers_) destroy(w);
     if (hw_handle_) nvjpegDestroy(hw_handle_);
     nvjpegDestroy(handle_);
   }
 
-  std::vector<DecodedImage> decode(const std::vector<EncodedImage>& images, JpegMode mode);
+  std::vector<DecodedImage> decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path);
   DecoderStats stats() const;
 
  private:
@@ -151,17 +159,24 @@ class Decoder {
       ORBBEC_CUDA(cudaEventCreateWithFlags(&w.copied[b], cudaEventDisableTiming));
     }
     ORBBEC_NVJPEG(nvjpegDecodeParamsCreate(handle_, &w.params));
-    if (hw_handle_) {
-      ORBBEC_NVJPEG(nvjpegJpegStateCreate(hw_handle_, &w.hw_state));
-      ORBBEC_CUDA(cudaEventCreate(&w.hw_start));
-      ORBBEC_CUDA(cudaEventCreate(&w.hw_end));
-    }
+  }
+
+  void create(HwLane& l) {
+    ORBBEC_NVJPEG(nvjpegJpegStateCreate(hw_handle_, &l.state));
+    ORBBEC_CUDA(cudaEventCreate(&l.start));
+    ORBBEC_CUDA(cudaEventCreate(&l.end));
+  }
+
+  static void destroy(HwLane& l) {
+    if (l.end) cudaEventSynchronize(l.end);
+    for (auto p : l.params) nvjpegDecodeParamsDestroy(p);
+    if (l.state) nvjpegJpegStateDestroy(l.state);
+    if (l.start) cudaEventDestroy(l.start);
+    if (l.end) cudaEventDestroy(l.end);
   }
 
   static void destroy(Worker& w) {
     if (w.stream) cudaStreamSynchronize(w.stream);
-    for (auto p : w.hw_params) nvjpegDecodeParamsDestroy(p);
-    if (w.hw_state) nvjpegJpegStateDestroy(w.hw_state);
     if (w.params) nvjpegDecodeParamsDestroy(w.params);
     if (w.state) nvjpegJpegStateDestroy(w.state);
     if (w.decoder) nvjpegDecoderDestroy(w.decoder);
@@ -172,15 +187,13 @@ class Decoder {
     }
     if (w.device_buffer) nvjpegBufferDeviceDestroy(w.device_buffer);
     if (w.header) nvjpegJpegStreamDestroy(w.header);
-    for (auto e : {w.done, w.hw_start, w.hw_end}) {
-      if (e) cudaEventDestroy(e);
-    }
+    if (w.done) cudaEventDestroy(w.done);
     if (w.stream) cudaStreamDestroy(w.stream);
   }
 
   void plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out);
   void decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out);
-  void decode_hardware(Worker& w, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
+  void decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
                        JpegMode mode, std::vector<DecodedImage>& out);
   void update_hardware_rate();
   void begin(Worker& w) {
@@ -193,6 +206,7 @@ class Decoder {
   int device_;
   nvjpegHandle_t handle_ = nullptr, hw_handle_ = nullptr;
   std::vector<Worker> workers_;
+  std::vector<HwLane> lanes_;
   std::unique_ptr<WorkerPool> pool_;
   cudaEvent_t ready_ = nullptr;
   std::mutex mutex_;  // one batch at a time per device
@@ -296,7 +310,7 @@ void Decoder::decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, De
   w.hybrid_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void Decoder::decode_hardware(Worker& w, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
+void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
                               JpegMode mode, std::vector<DecodedImage>& out) {
   begin(w);
   const int n = static_cast<int>(chunk.size());
@@ -316,31 +330,31 @@ void Decoder::decode_hardware(Worker& w, const std::vector<size_t>& chunk, const
     any_roi |= in.roi[2] >= 0;
   }
   nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
-  if (w.hw_batch != n || w.hw_format != format) {
-    s = nvjpegDecodeBatchedInitialize(hw_handle_, w.hw_state, n, 1, format);
-    w.hw_batch = s == NVJPEG_STATUS_SUCCESS ? n : 0;
-    w.hw_format = format;
+  if (lane.batch != n || lane.format != format) {
+    s = nvjpegDecodeBatchedInitialize(hw_handle_, lane.state, n, 1, format);
+    lane.batch = s == NVJPEG_STATUS_SUCCESS ? n : 0;
+    lane.format = format;
   }
   if (s == NVJPEG_STATUS_SUCCESS) {
-    cudaEventRecord(w.hw_start, w.stream);
+    cudaEventRecord(lane.start, w.stream);
     if (any_roi) {
-      while (static_cast<int>(w.hw_params.size()) < n) {
+      while (static_cast<int>(lane.params.size()) < n) {
         nvjpegDecodeParams_t p;
         ORBBEC_NVJPEG(nvjpegDecodeParamsCreate(hw_handle_, &p));
-        w.hw_params.push_back(p);
+        lane.params.push_back(p);
       }
       for (int k = 0; k < n; ++k) {
         const auto& r = images[chunk[k]].roi;
-        nvjpegDecodeParamsSetOutputFormat(w.hw_params[k], format);
-        nvjpegDecodeParamsSetROI(w.hw_params[k], r[0], r[1], r[2], r[3]);
+        nvjpegDecodeParamsSetOutputFormat(lane.params[k], format);
+        nvjpegDecodeParamsSetROI(lane.params[k], r[0], r[1], r[2], r[3]);
       }
-      s = nvjpegDecodeBatchedEx(hw_handle_, w.hw_state, data.data(), sizes.data(), dst.data(), w.hw_params.data(),
+      s = nvjpegDecodeBatchedEx(hw_handle_, lane.state, data.data(), sizes.data(), dst.data(), lane.params.data(),
                                 w.stream);
     } else {
-      s = nvjpegDecodeBatched(hw_handle_, w.hw_state, data.data(), sizes.data(), dst.data(), w.stream);
+      s = nvjpegDecodeBatched(hw_handle_, lane.state, data.data(), sizes.data(), dst.data(), w.stream);
     }
-    cudaEventRecord(w.hw_end, w.stream);
-    w.hw_timed = s == NVJPEG_STATUS_SUCCESS;
+    cudaEventRecord(lane.end, w.stream);
+    lane.timed = s == NVJPEG_STATUS_SUCCESS;
   }
   if (s == NVJPEG_STATUS_SUCCESS) {
     for (size_t i : chunk) out[i].path = 0;
@@ -349,7 +363,7 @@ void Decoder::decode_hardware(Worker& w, const std::vector<size_t>& chunk, const
   // One bad bitstream fails the whole hardware batch: decode its images one by one instead, so that
   // the good ones survive and the bad one gets its own error. The state is re-initialised next time.
   ++hardware_failures_;
-  w.hw_batch = 0;
+  lane.batch = 0;
   for (size_t i : chunk) decode_hybrid(w, images[i], mode, out[i]);
 }
 
@@ -357,16 +371,16 @@ void Decoder::update_hardware_rate() {
   // Read the events of the previous call's hardware batches if the GPU has finished them.
   if (last_hardware_pixels_ == 0) return;
   float longest = 0;
-  for (auto& w : workers_) {
-    if (!w.hw_timed) continue;
-    if (cudaEventQuery(w.hw_end) != cudaSuccess) {
+  for (auto& l : lanes_) {
+    if (!l.timed) continue;
+    if (cudaEventQuery(l.end) != cudaSuccess) {
       cudaGetLastError();  // not ready: clear, and try again next call
       return;
     }
     float ms = 0;
-    if (cudaEventElapsedTime(&ms, w.hw_start, w.hw_end) == cudaSuccess) longest = std::max(longest, ms);
+    if (cudaEventElapsedTime(&ms, l.start, l.end) == cudaSuccess) longest = std::max(longest, ms);
   }
-  for (auto& w : workers_) w.hw_timed = false;
+  for (auto& l : lanes_) l.timed = false;
   if (longest > 0) {
     const double rate = last_hardware_pixels_ / (longest * 1e-3);
     hardware_rate_ = 0.7 * hardware_rate_ + 0.3 * rate;
@@ -374,7 +388,7 @@ void Decoder::update_hardware_rate() {
   last_hardware_pixels_ = 0;
 }
 
-std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode) {
+std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path) {
   std::lock_guard<std::mutex> lock(mutex_);
   c10::cuda::CUDAGuard guard(device_);
   const size_t n = images.size();
@@ -404,7 +418,13 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   const int threads = pool_->size();
   int lanes = hardware.empty() ? 0 : std::min<int>(max_lanes_, std::max<int>(1, static_cast<int>(hardware.size() / 8)));
   const double hybrid_rate = hybrid_rate_per_thread_ * std::max(1, threads - lanes);
-  while (hardware.size() > 1) {
+  if (only_path == 1) {
+    hybrid.insert(hybrid.end(), hardware.begin(), hardware.end());
+    hybrid_pixels += hardware_pixels;
+    hardware.clear();
+    hardware_pixels = 0;
+  }
+  while (hardware.size() > 1 && only_path != 0) {
     const int64_t px = plans[hardware.back()].pixels;
     if ((hybrid_pixels + px) / hybrid_rate > (hardware_pixels - px) / hardware_rate_) break;
     hybrid.push_back(hardware.back());
@@ -422,7 +442,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   pool_->run(chunks.size() + hybrid.size(), [&](int w, size_t job) {
     try {
       if (job < chunks.size()) {
-        decode_hardware(workers_[w], chunks[job], images, mode, out);
+        decode_hardware(workers_[w], lanes_[job], chunks[job], images, mode, out);
       } else {
         decode_hybrid(workers_[w], images[hybrid[job - chunks.size()]], mode, out[hybrid[job - chunks.size()]]);
       }
@@ -486,8 +506,9 @@ Decoder& decoder_for(int device) {
 
 }  // namespace
 
-std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device) {
-  return decoder_for(device).decode(images, mode);
+std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
+                                           int only_path) {
+  return decoder_for(device).decode(images, mode, only_path);
 }
 
 DecoderStats decoder_stats(int device) { return decoder_for(device).stats(); }

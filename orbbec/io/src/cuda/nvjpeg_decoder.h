@@ -35,7 +35,9 @@ struct DecodedImage {
 };
 
 // Decodes on `device` (an index); blocks until every image's host-side work has been submitted.
-std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device);
+// `only_path` 0 or 1 sends every image to that path (tests); -1 divides the batch by the rates.
+std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
+                                           int only_path = -1);
 
 // Counters and the measured rates of the decoder on `device`, for benchmarks and debugging.
 struct DecoderStats {

@@ -1,0 +1,86 @@
+"""JPEG files for the decode tests, encoded with OpenCV from the sample photographs: every chroma
+sampling, grayscale, progressive, restart markers, EXIF orientation tags, and broken buffers."""
+import cv2
+import numpy as np
+
+from conftest import sample_photos
+
+SAMPLINGS = {
+    "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,
+    "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
+    "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+    "440": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_440,
+    "411": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_411,
+}
+
+
+def photo(i, size=None):
+    """Sample photograph i mod 4 (BGR), resized to size=(h, w)."""
+    return sample_photos(size)[i % 4] if size is not None else sample_photos()[i % 4]
+
+
+def encode(img, quality=90, sampling="420", progressive=False, restart=0, optimize=False):
+    params = [cv2.IMWRITE_JPEG_QUALITY, quality]
+    if img.ndim == 3:
+        params += [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, SAMPLINGS[sampling]]
+    if progressive:
+        params += [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]
+    if restart:
+        params += [cv2.IMWRITE_JPEG_RST_INTERVAL, restart]
+    if optimize:
+        params += [cv2.IMWRITE_JPEG_OPTIMIZE, 1]
+    ok, buf = cv2.imencode(".jpg", img, params)
+    assert ok
+    return buf.tobytes()
+
+
+def variants(size=(240, 320)):
+    """name -> JPEG bytes for every kind of file the decoders must handle."""
+    out = {}
+    for k, s in enumerate(SAMPLINGS):
+        out[f"sampling-{s}"] = encode(photo(k, size), sampling=s)
+    out["gray"] = encode(cv2.cvtColor(photo(1, size), cv2.COLOR_BGR2GRAY))
+    out["progressive"] = encode(photo(2, size), progressive=True)
+    out["restart"] = encode(photo(3, size), restart=4)
+    out["optimized"] = encode(photo(0, size), optimize=True)
+    out["odd-size"] = encode(photo(1, (size[0] + 7, size[1] + 5)))
+    return out
+
+
+def with_exif_orientation(jpeg: bytes, orientation: int) -> bytes:
+    """The JPEG with an EXIF APP1 segment holding only the orientation tag, after its SOI marker."""
+    tiff = b"II*\0" + (8).to_bytes(4, "little") + (1).to_bytes(2, "little")
+    tiff += (0x0112).to_bytes(2, "little") + (3).to_bytes(2, "little") + (1).to_bytes(4, "little")
+    tiff += orientation.to_bytes(2, "little") + b"\0\0" + (0).to_bytes(4, "little")
+    payload = b"Exif\0\0" + tiff
+    app1 = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+    return jpeg[:2] + app1 + jpeg[2:]
+
+
+def broken(good: bytes):
+    """name -> buffer that no decoder may accept."""
+    rng = np.random.default_rng(7)
+    header = bytearray(good)
+    header[4:300] = rng.integers(0, 256, 296, dtype=np.uint8).tobytes()  # segment lengths, tables, frame header
+    ok, png = cv2.imencode(".png", photo(0, (32, 32)))
+    return {
+        "corrupt": bytes(header),
+        "truncated": good[: len(good) // 2],
+        "empty": b"",
+        "png": png.tobytes(),
+    }
+
+
+def cv2_decode(jpeg: bytes, mode="RGB", reduce=1, exif=False):
+    """What cv2.imdecode gives, in the layout of orbbec.io (HWC, RGB/BGR/GRAY[..., None])."""
+    gray = mode == "GRAY"
+    if reduce == 1:
+        flags = cv2.IMREAD_GRAYSCALE if gray else cv2.IMREAD_COLOR
+    else:
+        flags = getattr(cv2, f"IMREAD_REDUCED_{'GRAYSCALE' if gray else 'COLOR'}_{reduce}")
+    if not exif:
+        flags |= cv2.IMREAD_IGNORE_ORIENTATION
+    img = cv2.imdecode(np.frombuffer(jpeg, np.uint8), flags)
+    if gray:
+        return img[:, :, None]
+    return img[:, :, ::-1].copy() if mode == "RGB" else img

@@ -1,0 +1,242 @@
+"""orbbec.io.decode_jpeg: the CPU path against cv2.imdecode (identical), the GPU path against cv2
+within the decoders' IDCT and upsampling differences, bad input, sizes, memory and streams."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import HAS_CUDA, requires_cuda
+from jpeg_files import broken, cv2_decode, encode, photo, variants, with_exif_orientation
+
+import orbbec.io as oio
+from orbbec.io import JpegDecodeError, decode_jpeg
+
+HAS_NVJPEG = HAS_CUDA and oio._C.with_nvjpeg
+requires_nvjpeg = pytest.mark.skipif(not HAS_NVJPEG, reason="CUDA test: no CUDA device (or orbbec built without nvJPEG)")
+
+# GPU against cv2 (libjpeg-turbo): nvJPEG's IDCT and chroma upsampling differ from libjpeg-turbo's
+# integer IDCT and 'fancy' upsampling, so pixels differ by a few levels, most at sharp colour edges.
+# Bounds from the differences measured on the H100 (docs/io.md), with margin.
+# Small images have relatively more pixels at colour edges, where the chroma upsampling differs.
+GPU_MEAN_BOUND = 1.5
+GPU_MEAN_BOUND_SMALL = 4.0  # images under 200 x 200
+GPU_P999_BOUND = 24
+
+
+def _diff(a: torch.Tensor, b: np.ndarray):
+    d = np.abs(a.cpu().numpy().astype(np.int16) - b.astype(np.int16))
+    return float(d.mean()), float(np.quantile(d, 0.999)), int(d.max())
+
+
+def _close(a: torch.Tensor, b: np.ndarray) -> bool:
+    bound = GPU_MEAN_BOUND if b.shape[0] * b.shape[1] >= 200 * 200 else GPU_MEAN_BOUND_SMALL
+    return a.device.type == "cuda" and a.shape == b.shape and _diff(a, b)[0] < bound
+
+
+# ---------------------------------------------------------------- CPU path (runs in CI)
+
+@pytest.mark.parametrize("mode", ["RGB", "BGR", "GRAY"])
+def test_cpu_equals_cv2_on_every_kind_of_file(mode):
+    files = variants()
+    out = decode_jpeg(list(files.values()), device="cpu", mode=mode)
+    for (name, jpeg), img in zip(files.items(), out):
+        ref = cv2_decode(jpeg, mode)
+        assert img.dtype == torch.uint8 and img.shape == ref.shape, name
+        assert torch.equal(img, torch.from_numpy(ref)), name
+
+
+@pytest.mark.parametrize("reduce", [2, 4, 8])
+def test_cpu_reduce_equals_cv2_reduced(reduce):
+    files = list(variants().values())
+    out = decode_jpeg(files, device="cpu", reduce=reduce)
+    for jpeg, img in zip(files, out):
+        assert torch.equal(img, torch.from_numpy(cv2_decode(jpeg, reduce=reduce)))
+
+
+def test_cpu_reduce_per_image():
+    files = list(variants().values())[:4]
+    reduces = [1, 2, 4, 8]
+    out = decode_jpeg(files, device="cpu", reduce=reduces)
+    for jpeg, r, img in zip(files, reduces, out):
+        assert torch.equal(img, torch.from_numpy(cv2_decode(jpeg, reduce=r)))
+
+
+def test_accepts_bytes_numpy_tensor_and_one_image():
+    jpeg = encode(photo(0, (64, 80)))
+    ref = torch.from_numpy(cv2_decode(jpeg))
+    for form in (jpeg, bytearray(jpeg), memoryview(jpeg), np.frombuffer(jpeg, np.uint8),
+                 torch.frombuffer(bytearray(jpeg), dtype=torch.uint8)):
+        assert torch.equal(decode_jpeg(form, device="cpu"), ref)
+    with pytest.raises(TypeError, match="path"):
+        decode_jpeg("image.jpg", device="cpu")
+    with pytest.raises(ValueError, match=r"data\[1\].*1-D uint8"):
+        decode_jpeg([jpeg, np.zeros((2, 2), np.uint8)], device="cpu")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_nvjpeg)])
+def test_bad_buffers_name_their_index_and_lose_no_good_image(device):
+    good = [encode(photo(i, (96 + 8 * i, 128))) for i in range(3)]
+    bad = broken(good[0])
+    expected = {"corrupt": "", "truncated": "truncated", "empty": "empty", "png": "PNG"}
+    for name, buf in bad.items():
+        batch = [good[0], good[1], buf, good[2]]
+        with pytest.raises(JpegDecodeError, match=r"data\[2\]: .*" + expected[name]) as err:
+            decode_jpeg(batch, device=device)
+        assert err.value.index == 2
+        assert isinstance(err.value, ValueError) and isinstance(err.value, RuntimeError)
+        out = decode_jpeg(batch, device=device, on_error="skip")
+        assert out[2] is None
+        for k, j in zip((0, 1, 3), good):
+            ref = cv2_decode(j)
+            if device == "cpu":
+                assert torch.equal(out[k], torch.from_numpy(ref))
+            else:
+                assert _close(out[k], ref)
+
+
+def test_cpu_one_pixel_and_a_batch_of_512():
+    one = encode(np.full((1, 1, 3), (10, 200, 90), np.uint8), sampling="444")
+    img = decode_jpeg(one, device="cpu")
+    assert img.shape == (1, 1, 3) and torch.equal(img, torch.from_numpy(cv2_decode(one)))
+    files = [encode(photo(i, (24 + i % 7, 32 + i % 5))) for i in range(512)]
+    out = decode_jpeg(files, device="cpu")
+    assert len(out) == 512
+    for j in (0, 137, 511):
+        assert torch.equal(out[j], torch.from_numpy(cv2_decode(files[j])))
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_cpu_exif_orientation(orientation):
+    jpeg = with_exif_orientation(encode(photo(0, (48, 80))), orientation)
+    assert oio._cpu.exif_orientation(jpeg) == orientation
+    stored = decode_jpeg(jpeg, device="cpu")
+    assert torch.equal(stored, torch.from_numpy(cv2_decode(jpeg, exif=False)))
+    shown = decode_jpeg(jpeg, device="cpu", apply_exif_orientation=True)
+    assert torch.equal(shown, torch.from_numpy(cv2_decode(jpeg, exif=True)))
+    # orbbec.io's own orientation (used on the GPU) agrees with cv2's
+    assert torch.equal(oio._buffers.orient(stored, orientation), shown)
+
+
+def test_cpu_roi_is_the_crop():
+    jpeg = encode(photo(1, (200, 300)))
+    full = decode_jpeg(jpeg, device="cpu")
+    crop = decode_jpeg(jpeg, device="cpu", roi=(37, 21, 100, 64))
+    assert torch.equal(crop, full[21:85, 37:137])
+    with pytest.raises(JpegDecodeError, match="roi"):
+        decode_jpeg(jpeg, device="cpu", roi=(250, 0, 100, 10))
+
+
+def test_argument_errors():
+    jpeg = encode(photo(0, (32, 32)))
+    with pytest.raises(ValueError, match="mode"):
+        decode_jpeg(jpeg, device="cpu", mode="RGBA")
+    with pytest.raises(ValueError, match="reduce"):
+        decode_jpeg(jpeg, device="cpu", reduce=3)
+    with pytest.raises(ValueError, match="on_error"):
+        decode_jpeg(jpeg, device="cpu", on_error="ignore")
+    with pytest.raises(ValueError, match="one entry per image"):
+        decode_jpeg([jpeg, jpeg], device="cpu", reduce=[1])
+
+
+def test_cpu_large_image():
+    big = np.tile(photo(3, (1000, 1000)), (8, 8, 1))  # 8000 x 8000
+    jpeg = encode(big, quality=75)
+    img = decode_jpeg(jpeg, device="cpu")
+    assert img.shape == (8000, 8000, 3) and torch.equal(img, torch.from_numpy(cv2_decode(jpeg)))
+
+
+# ---------------------------------------------------------------- GPU path
+
+@requires_nvjpeg
+@pytest.mark.parametrize("path", [-1, 0, 1])
+@pytest.mark.parametrize("mode", ["RGB", "BGR", "GRAY"])
+def test_gpu_close_to_cv2_on_every_kind_of_file(mode, path):
+    files = variants()
+    imgs, errors = oio._decode_cuda([oio.as_buffer(f, 0, True) for f in files.values()], mode,
+                                    [None] * len(files), False, torch.device("cuda"), only_path=path)
+    assert errors == [""] * len(files)
+    for (name, jpeg), img in zip(files.items(), imgs):
+        ref = cv2_decode(jpeg, mode)
+        assert img.device.type == "cuda" and img.shape == ref.shape, name
+        mean, p999, _ = _diff(img, ref)
+        assert mean < GPU_MEAN_BOUND and p999 <= GPU_P999_BOUND, (name, mean, p999)
+
+
+@requires_nvjpeg
+def test_gpu_both_paths_are_used_and_agree():
+    files = [encode(photo(i, (360, 480))) for i in range(64)]
+    before = oio.decoder_stats()
+    hw = oio._decode_cuda(files, "RGB", [None] * 64, False, torch.device("cuda"), only_path=0)[0]
+    hy = oio._decode_cuda(files, "RGB", [None] * 64, False, torch.device("cuda"), only_path=1)[0]
+    for _ in range(5):
+        auto = decode_jpeg(files)
+    after = oio.decoder_stats()
+    assert after["hybrid_images"] - before["hybrid_images"] >= 64
+    if after["hardware_available"]:
+        assert after["hardware_images"] - before["hardware_images"] >= 64
+    for a, b, c, j in zip(hw, hy, auto, files):
+        ref = cv2_decode(j)
+        for img in (a, b, c):
+            assert _close(img, ref)
+
+
+@requires_nvjpeg
+@pytest.mark.parametrize("orientation", [3, 6, 8])
+def test_gpu_exif_orientation(orientation):
+    jpeg = with_exif_orientation(encode(photo(2, (64, 96))), orientation)
+    shown = decode_jpeg(jpeg, apply_exif_orientation=True)
+    ref = cv2_decode(jpeg, exif=True)
+    assert _close(shown, ref)
+    assert decode_jpeg(jpeg).shape == cv2_decode(jpeg).shape
+
+
+@requires_nvjpeg
+def test_gpu_roi_is_the_crop():
+    files = [encode(photo(i, (480, 640))) for i in range(8)]
+    rois = [(16 * i, 8 * i, 200 + 8 * i, 120) for i in range(8)]
+    full = decode_jpeg(files)
+    crops = decode_jpeg(files, roi=rois)
+    for f, c, (x, y, w, h) in zip(full, crops, rois):
+        assert c.shape == (h, w, 3)
+        assert (c.int() - f[y:y + h, x:x + w].int()).abs().float().mean() < 1.0
+
+
+@requires_nvjpeg
+def test_gpu_one_pixel_large_image_and_batch_of_512():
+    one = encode(np.full((1, 1, 3), (10, 200, 90), np.uint8), sampling="444")
+    img = decode_jpeg(one)
+    assert img.shape == (1, 1, 3) and _diff(img, cv2_decode(one))[2] <= 4
+    big = encode(np.tile(photo(3, (1000, 1000)), (8, 8, 1)), quality=75)
+    img = decode_jpeg([big])[0]
+    assert _close(img, cv2_decode(big))
+    files = [encode(photo(i, (24 + i % 7, 32 + i % 5))) for i in range(512)]
+    out = decode_jpeg(files)
+    for j in (0, 137, 511):
+        assert _close(out[j], cv2_decode(files[j]))
+
+
+@requires_nvjpeg
+def test_gpu_results_are_ordered_on_the_current_stream():
+    files = [encode(photo(i, (720, 1280))) for i in range(16)]
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        out = decode_jpeg(files)
+        sums = torch.stack([o.sum(dtype=torch.int64) for o in out]).cpu()  # on `side`, no extra sync
+    expected = torch.tensor([int(cv2_decode(f).astype(np.int64).sum()) for f in files])
+    assert ((sums - expected).abs().float() / expected.float()).max() < 0.01
+
+
+@requires_nvjpeg
+def test_gpu_memory_stays_flat_over_1000_batches():
+    rng = np.random.default_rng(3)
+    sizes = [(int(h), int(w)) for h, w in zip(rng.integers(16, 900, 24), rng.integers(16, 1300, 24))]
+    files = [encode(photo(i, s)) for i, s in enumerate(sizes)]
+    free = []
+    for b in range(1000):
+        pick = rng.integers(0, len(files), int(rng.integers(1, 33)))
+        out = decode_jpeg([files[k] for k in pick])
+        assert len(out) == len(pick)
+        if b in (299, 999):
+            torch.cuda.synchronize()
+            free.append((torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()))
+    assert free[0][0] - free[1][0] < 64 << 20, free  # device memory free: within 64 MiB
+    assert free[1][1] - free[0][1] < 64 << 20, free  # PyTorch's cache: within 64 MiB
