@@ -128,7 +128,7 @@ def peers(files, batch, seconds):
     return out
 
 
-def orbbec_rates(files, batch, seconds):
+def orbbec_rates(files, batch, seconds, quick=False):
     import torch
 
     import orbbec.io as oio
@@ -142,6 +142,8 @@ def orbbec_rates(files, batch, seconds):
     out["orbbec decode_jpeg cuda (both paths)"] = _rate(lambda b: oio.decode_jpeg(b), batches, seconds, sync)
     out["orbbec split after the run"] = json.dumps({k: (round(v, 1) if isinstance(v, float) else v)
                                                     for k, v in oio.decoder_stats().items()})
+    if quick:
+        return out
     out["orbbec decode_jpeg cpu (all cores)"] = _rate(lambda b: oio.decode_jpeg(b, device="cpu"), batches[:2],
                                                       seconds, lambda: None)
     for k, v in out.items():
@@ -193,6 +195,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--sets", default="jpeg-1080p,jpeg-500x375")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="orbbec's GPU rates only (no peers, cv2, pixels, roi)")
     ap.add_argument("--json", default=None, help="write all results here")
     ap.add_argument("--md", default=None, help="write the markdown table here")
     ap.add_argument("--plot", default=None, help="write the bar chart here (PNG)")
@@ -213,7 +216,9 @@ def main():
         w, h, batch, count = JPEG_SETS[name]
         files = jpeg_set(name)
         rates = {}
-        rates.update(orbbec_rates(files, batch, args.seconds))
+        rates.update(orbbec_rates(files, batch, args.seconds, args.quick))
+        if args.quick:
+            continue
         if not args.no_peers:
             rates.update(peers(files, batch, args.seconds))
         rates[f"cv2.imdecode, {os.cpu_count()} processes"] = cv2_processes(files, args.seconds, os.cpu_count())
@@ -223,6 +228,8 @@ def main():
         for k, v in rates.items():
             print(f"{name:14s} {k:55s} {v if isinstance(v, str) else f'{v:10.0f} img/s'}", flush=True)
         results["pixels"].append(pixel_rows(name, "420", files[:64]))
+    if args.quick:
+        return
     small = "jpeg-500x375"
     for s in ("444", "422", "440"):
         results["pixels"].append(pixel_rows(small, s, jpeg_set(small, 64, sampling=s)))
