@@ -143,6 +143,7 @@ def orbbec_rates(files, batch, seconds, quick=False):
     out["orbbec split after the run"] = json.dumps({k: (round(v, 1) if isinstance(v, float) else v)
                                                     for k, v in oio.decoder_stats().items()})
     if quick:
+        print(f"  {out}", flush=True)
         return out
     out["orbbec decode_jpeg cpu (all cores)"] = _rate(lambda b: oio.decode_jpeg(b, device="cpu"), batches[:2],
                                                       seconds, lambda: None)
