@@ -42,7 +42,10 @@ def _rate(run_batch, batches, seconds, sync, label=""):
         if i % len(batches) == 0 and time.perf_counter() - t0 > seconds:
             break
     sync()
-    return n / (time.perf_counter() - t0)
+    rate = n / (time.perf_counter() - t0)
+    if label:
+        print(f"  {label}: {rate:.0f} images/s", flush=True)
+    return rate
 
 
 _FILES = None
@@ -138,8 +141,9 @@ def orbbec_rates(files, batch, seconds, quick=False):
     dev = torch.device("cuda")
     out = {}
     for name, path in (("orbbec hardware engine only", 0), ("orbbec hybrid only", 1)):
-        out[name] = _rate(lambda b: oio._decode_cuda(b, "RGB", [None] * len(b), False, dev, path), batches, seconds, sync)
-    out["orbbec decode_jpeg cuda (both paths)"] = _rate(lambda b: oio.decode_jpeg(b), batches, seconds, sync)
+        out[name] = _rate(lambda b: oio._decode_cuda(b, "RGB", [None] * len(b), False, dev, path), batches, seconds,
+                          sync, name)
+    out["orbbec decode_jpeg cuda (both paths)"] = _rate(lambda b: oio.decode_jpeg(b), batches, seconds, sync, "both")
     out["orbbec split after the run"] = json.dumps({k: (round(v, 1) if isinstance(v, float) else v)
                                                     for k, v in oio.decoder_stats().items()})
     if quick:
