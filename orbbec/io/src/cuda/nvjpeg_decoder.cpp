@@ -156,8 +156,7 @@ class Decoder {
     for (int b = 0; b < 2; ++b) {
       ORBBEC_NVJPEG(nvjpegBufferPinnedCreate(handle_, nullptr, &w.pinned[b]));
       ORBBEC_NVJPEG(nvjpegJpegStreamCreate(handle_, &w.bitstream[b]));
-      // Waited on by the worker: block, do not spin, so that waiting threads leave the cores to others.
-      ORBBEC_CUDA(cudaEventCreateWithFlags(&w.copied[b], cudaEventDisableTiming | cudaEventBlockingSync));
+      ORBBEC_CUDA(cudaEventCreateWithFlags(&w.copied[b], cudaEventDisableTiming));
     }
     ORBBEC_NVJPEG(nvjpegDecodeParamsCreate(handle_, &w.params));
   }
