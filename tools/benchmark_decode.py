@@ -143,7 +143,7 @@ def orbbec_rates(files, batch, seconds, quick=False):
     for name, path in (("orbbec hardware engine only", 0), ("orbbec hybrid only", 1)):
         out[name] = _rate(lambda b: oio._decode_cuda(b, "RGB", [None] * len(b), False, dev, path), batches, seconds,
                           sync, name)
-    out["orbbec decode_jpeg cuda (both paths)"] = _rate(lambda b: oio.decode_jpeg(b), batches, seconds, sync, "both")
+    out["orbbec decode_jpeg cuda"] = _rate(lambda b: oio.decode_jpeg(b), batches, seconds, sync, "default")
     out["orbbec split after the run"] = json.dumps({k: (round(v, 1) if isinstance(v, float) else v)
                                                     for k, v in oio.decoder_stats().items()})
     if quick:

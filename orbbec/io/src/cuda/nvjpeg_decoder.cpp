@@ -127,6 +127,11 @@ class Decoder {
     hardware_rate_ = 1e10;
     // Hardware batches in flight at once (each from its own thread and stream).
     if (const char* lanes = std::getenv("ORBBEC_NVJPEG_LANES")) max_lanes_ = std::max(1, std::atoi(lanes));
+    // Moving images the hardware engine could take to the hybrid path, by the measured rates, is off
+    // by default: on the H100 (driver 580, nvJPEG 13.0) a hardware batch decoded while the hybrid
+    // threads were busy once waited forever inside nvjpegDecodeBatched, and where it ran the split
+    // was slower than the hardware engine alone (docs/dev/decode.md).
+    if (const char* split = std::getenv("ORBBEC_NVJPEG_SPLIT")) split_ = std::atoi(split) != 0;
     if (hw_handle_) {
       lanes_.resize(max_lanes_);
       for (auto& l : lanes_) create(l);
@@ -217,7 +222,8 @@ class Decoder {
   int64_t last_hardware_pixels_ = 0;
   int64_t hardware_images_ = 0, hybrid_images_ = 0;
   std::atomic<int64_t> hardware_failures_{0};
-  int max_lanes_ = 3;
+  int max_lanes_ = 2;
+  bool split_ = false;
 };
 
 void Decoder::plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out) {
@@ -435,7 +441,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
     const double rounds = static_cast<double>((count + hybrid_threads - 1) / hybrid_threads);
     return rounds * (static_cast<double>(pixels) / count) / hybrid_rate_per_thread_;
   };
-  while (hardware.size() > 1 && only_path != 0) {
+  while (hardware.size() > 1 && (only_path == -1 && split_)) {
     const int64_t px = plans[hardware.back()].pixels;
     if (hybrid_time(hybrid.size() + 1, hybrid_pixels + px) > (hardware_pixels - px) / hardware_rate_) break;
     hybrid.push_back(hardware.back());
