@@ -20,6 +20,12 @@ fi
 # torch first, pinned, so that pip never resolves an unpinned torch (gigabytes) for the other packages.
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q "torch==2.13.0"
 $PY -m pip install -q -r requirements/build.txt -r requirements/runtime.txt -r requirements/tests.txt
+# nvJPEG for orbbec.io's GPU decoder, where there is a CUDA compiler: the toolkit's if it has it,
+# else NVIDIA's wheel (headers and library, 4 MB).
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  CUDA_INC=$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/../include
+  [ -f "$CUDA_INC/nvjpeg.h" ] || $PY -m pip install -q "nvidia-nvjpeg==13.0.4.44"
+fi
 $PY -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -3
 $PY -c "import orbbec; print('orbbec built:', 'CUDA ' + orbbec.get_compiling_cuda_version() if orbbec.with_cuda() else 'CPU only', '|', orbbec.get_compiler_version())"
 
