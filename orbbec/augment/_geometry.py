@@ -1,0 +1,157 @@
+"""Geometric transforms composed into one affine matrix per sample.
+
+Conventions (those of cv2.warpAffine and orbbec.warpaffine): a matrix maps input pixel positions to
+output pixel positions, pixel centres at integer coordinates. Every transform sees the image size left
+by the transforms before it and returns its matrix and the size it leaves; `Compose` multiplies them.
+Names and argument meanings follow torchvision.transforms.v2 where they exist.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence, Tuple, Union
+
+import numpy as np
+
+Size = Tuple[int, int]  # (height, width)
+
+
+def _pair(v, name) -> Size:
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(x) for x in v)
+    if len(v) != 2 or min(v) <= 0:
+        raise ValueError(f"{name}: expected an int or (height, width) > 0, got {v}")
+    return v
+
+
+def scale_region(x0: float, y0: float, w: float, h: float, out: Size) -> np.ndarray:
+    """The region [x0, x0+w) x [y0, y0+h) (pixel edges) onto an out=(height, width) image."""
+    sx, sy = out[1] / w, out[0] / h
+    return np.array([[sx, 0, (0.5 - x0) * sx - 0.5], [0, sy, (0.5 - y0) * sy - 0.5], [0, 0, 1]])
+
+
+class Resize:
+    """torchvision's Resize: an int resizes the smaller edge to it, keeping the aspect ratio; (h, w) is
+    exact. Bilinear without antialiasing (cv2.INTER_LINEAR's sampling), where torchvision's tensor
+    Resize antialiases by default: strong downscales alias here."""
+
+    def __init__(self, size: Union[int, Sequence[int]]):
+        self.size = size
+
+    def __call__(self, rng, size: Size):
+        h, w = size
+        if isinstance(self.size, int):
+            out = (self.size, int(self.size * w / h)) if h <= w else (int(self.size * h / w), self.size)
+        else:
+            out = _pair(self.size, "Resize.size")
+        return scale_region(0, 0, w, h, out), out, {}
+
+
+class CenterCrop:
+    """torchvision's CenterCrop (outside the image: the border fills)."""
+
+    def __init__(self, size):
+        self.size = _pair(size, "CenterCrop.size")
+
+    def __call__(self, rng, size: Size):
+        (h, w), (ch, cw) = size, self.size
+        top, left = int(round((h - ch) / 2.0)), int(round((w - cw) / 2.0))
+        return np.array([[1.0, 0, -left], [0, 1.0, -top], [0, 0, 1]]), (ch, cw), {"crop": (left, top, cw, ch)}
+
+
+class RandomResizedCrop:
+    """torchvision's RandomResizedCrop: a region of `scale` of the area and `ratio` of aspect (10
+    tries, then the central crop of the clamped ratio), resized to `size`."""
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+        self.size, self.scale, self.ratio = _pair(size, "RandomResizedCrop.size"), scale, ratio
+
+    def region(self, rng, h, w):
+        area = h * w
+        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for _ in range(10):
+            target = area * rng.uniform(self.scale[0], self.scale[1])
+            aspect = math.exp(rng.uniform(*log_ratio))
+            cw, ch = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
+            if 0 < cw <= w and 0 < ch <= h:
+                return int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1)), cw, ch
+        in_ratio = w / h
+        if in_ratio < min(self.ratio):
+            cw, ch = w, int(round(w / min(self.ratio)))
+        elif in_ratio > max(self.ratio):
+            cw, ch = int(round(h * max(self.ratio))), h
+        else:
+            cw, ch = w, h
+        return (w - cw) // 2, (h - ch) // 2, cw, ch
+
+    def __call__(self, rng, size: Size):
+        x, y, cw, ch = self.region(rng, *size)
+        return scale_region(x, y, cw, ch, self.size), self.size, {"crop": (x, y, cw, ch)}
+
+
+class _RandomFlip:
+    horizontal = True
+
+    def __init__(self, p: float = 0.5):
+        self.p = p
+
+    def __call__(self, rng, size: Size):
+        h, w = size
+        flip = bool(rng.uniform() < self.p)
+        if not flip:
+            return np.eye(3), size, {self.key: False}
+        m = np.array([[-1.0, 0, w - 1], [0, 1, 0], [0, 0, 1]]) if self.horizontal else \
+            np.array([[1.0, 0, 0], [0, -1, h - 1], [0, 0, 1]])
+        return m, size, {self.key: True}
+
+
+class RandomHorizontalFlip(_RandomFlip):
+    horizontal, key = True, "hflip"
+
+
+class RandomVerticalFlip(_RandomFlip):
+    horizontal, key = False, "vflip"
+
+
+def _range(v, name, center=0.0):
+    if v is None:
+        return (center, center)
+    if isinstance(v, (int, float)):
+        if v < 0:
+            raise ValueError(f"{name}: must be >= 0, got {v}")
+        return (center - v, center + v)
+    return (float(v[0]), float(v[1]))
+
+
+class RandomAffine:
+    """torchvision's RandomAffine parameters: rotation angle uniform in `degrees` (counter-clockwise),
+    translation uniform in +-translate * size (rounded to pixels), `scale` uniform, shear angles in
+    degrees along x (and y when four numbers are given), about the image centre; the size is kept."""
+
+    def __init__(self, degrees, translate=None, scale=None, shear=None):
+        self.degrees = _range(degrees, "degrees")
+        self.translate, self.scale = translate, scale
+        if shear is None or isinstance(shear, (int, float)):
+            self.shear = (_range(shear, "shear"), (0.0, 0.0))
+        elif len(shear) == 2:
+            self.shear = ((float(shear[0]), float(shear[1])), (0.0, 0.0))
+        else:
+            self.shear = ((float(shear[0]), float(shear[1])), (float(shear[2]), float(shear[3])))
+
+    def __call__(self, rng, size: Size):
+        h, w = size
+        angle = rng.uniform(*self.degrees)
+        tx = ty = 0.0
+        if self.translate is not None:
+            tx = float(round(rng.uniform(-self.translate[0] * w, self.translate[0] * w)))
+            ty = float(round(rng.uniform(-self.translate[1] * h, self.translate[1] * h)))
+        s = rng.uniform(*self.scale) if self.scale is not None else 1.0
+        shx, shy = rng.uniform(*self.shear[0]), rng.uniform(*self.shear[1])
+        a, sx, sy = math.radians(angle), math.radians(shx), math.radians(shy)
+        rot = np.array([[math.cos(a), math.sin(a), 0], [-math.sin(a), math.cos(a), 0], [0, 0, 1]])
+        shear = np.array([[1, -math.tan(sx), 0], [-math.tan(sy), 1, 0], [0, 0, 1]])
+        cx, cy = (w - 1) / 2.0, (h - 1) / 2.0
+        to_centre = np.array([[1.0, 0, -cx], [0, 1, -cy], [0, 0, 1]])
+        back = np.array([[1.0, 0, cx + tx], [0, 1, cy + ty], [0, 0, 1]])
+        m = back @ rot @ shear @ np.diag([s, s, 1.0]) @ to_centre
+        return m, size, {"angle": angle, "translate": (tx, ty), "scale": s, "shear": (shx, shy)}

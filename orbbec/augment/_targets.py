@@ -1,0 +1,52 @@
+"""Targets follow their image: boxes (xyxy) and keypoints (x, y) in continuous pixel coordinates,
+as torchvision's tv_tensors use them (pixel i spans [i, i+1)), moved by the sample's matrix."""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+
+def _apply(points: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """Points [..., 2] in continuous coordinates through M [2, 3], which works on pixel centres."""
+    p = points.to(M.dtype) - 0.5
+    return (p @ M[:, :2].T + M[:, 2]) + 0.5
+
+
+def transform_boxes(boxes: torch.Tensor, M: torch.Tensor, size: Tuple[int, int],
+                    min_visible: float = 0.0, min_size: float = 1.0):
+    """Boxes [N, 4] xyxy -> (boxes [K, 4], kept [N] bool): the four corners through M, their
+    enclosing box clipped to the output (height, width) `size`. A box is dropped when less than
+    `min_visible` of its transformed area, or less than `min_size` pixels of width or height, remains."""
+    M = torch.as_tensor(M, dtype=torch.float64)
+    b = torch.as_tensor(boxes, dtype=torch.float64).reshape(-1, 4)
+    corners = torch.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [0, 3]], b[:, [2, 3]]], dim=1)
+    moved = _apply(corners, M)
+    lo, hi = moved.min(dim=1).values, moved.max(dim=1).values
+    full = (hi - lo).prod(dim=1)
+    h, w = size
+    limit = torch.tensor([w, h], dtype=torch.float64)
+    lo_c, hi_c = torch.minimum(torch.clamp(lo, min=0), limit), torch.minimum(torch.clamp(hi, min=0), limit)
+    wh = hi_c - lo_c
+    kept = (wh >= min_size).all(dim=1) & (wh.prod(dim=1) >= min_visible * full)
+    out = torch.cat([lo_c, hi_c], dim=1)[kept]
+    return out.to(torch.as_tensor(boxes).dtype if torch.as_tensor(boxes).is_floating_point() else torch.float32), kept
+
+
+def transform_keypoints(points: torch.Tensor, M: torch.Tensor, size: Tuple[int, int], flipped: bool = False,
+                        flip_pairs: Optional[Sequence[Tuple[int, int]]] = None):
+    """Keypoints [..., K, 2] -> (points [..., K, 2], inside [..., K] bool). `inside` flags points
+    that landed in the output (height, width) `size`. When the sample was flipped horizontally and
+    `flip_pairs` names left/right pairs (e.g. eyes), the pairs swap places so that "left eye" stays
+    the left eye of the flipped face."""
+    M = torch.as_tensor(M, dtype=torch.float64)
+    p = torch.as_tensor(points)
+    moved = _apply(p, M)
+    if flipped and flip_pairs:
+        order = list(range(moved.shape[-2]))
+        for a, b in flip_pairs:
+            order[a], order[b] = b, a
+        moved = moved[..., order, :]
+    h, w = size
+    inside = (moved[..., 0] >= 0) & (moved[..., 0] < w) & (moved[..., 1] >= 0) & (moved[..., 1] < h)
+    return moved.to(p.dtype if p.is_floating_point() else torch.float32), inside

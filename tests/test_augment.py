@@ -1,0 +1,127 @@
+"""orbbec.augment: reproducible per-sample parameters, transforms against direct references, and
+targets that land where the warped image puts them (markers painted into real photographs)."""
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from conftest import DEVICES, sample_photos
+
+import orbbec.augment as A
+
+
+def _photo(i, size):
+    return torch.from_numpy(sample_photos(size)[i % 4].copy())
+
+
+def test_parameters_depend_on_seed_epoch_and_index_only():
+    aug = A.Compose([A.RandomResizedCrop(96), A.RandomAffine(20, (0.1, 0.1), (0.8, 1.2)), A.RandomHorizontalFlip()])
+    sizes = [(240, 320), (200, 300), (180, 180)]
+    batch = aug.draw(sizes, [4, 9, 17], epoch=3, seed=11)
+    alone = aug.draw([sizes[1]], [9], epoch=3, seed=11)
+    assert torch.equal(batch.matrices[1], alone.matrices[0]) and batch.samples[1] == alone.samples[0]
+    other_epoch = aug.draw([sizes[1]], [9], epoch=4, seed=11)
+    other_seed = aug.draw([sizes[1]], [9], epoch=3, seed=12)
+    assert not torch.equal(other_epoch.matrices[0], alone.matrices[0])
+    assert not torch.equal(other_seed.matrices[0], alone.matrices[0])
+    flips = [aug.draw([sizes[0]], [k], seed=1).samples[0]["RandomHorizontalFlip.hflip"] for k in range(64)]
+    assert 16 < sum(flips) < 48  # p = 0.5, per sample
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flip_and_center_crop_are_exact(device):
+    img = _photo(0, (120, 160)).to(device)
+    flip = A.Compose([A.RandomHorizontalFlip(p=1.0)])
+    p = flip.draw([(120, 160)], [0])
+    out = flip.apply([img], p)[0].permute(1, 2, 0)
+    assert torch.equal(out, img.flip(1))
+    crop = A.Compose([A.CenterCrop((64, 100))])
+    p = crop.draw([(120, 160)], [0])
+    out = crop.apply([img], p)[0].permute(1, 2, 0)
+    assert torch.equal(out, img[28:92, 30:130])
+
+
+def test_resize_matches_cv2_resize():
+    img = _photo(1, (240, 320))
+    aug = A.Compose([A.Resize((100, 150))])
+    out = aug.apply([img], aug.draw([(240, 320)], [0]))[0].permute(1, 2, 0).numpy()
+    ref = cv2.resize(img.numpy(), (150, 100), interpolation=cv2.INTER_LINEAR)
+    d = np.abs(out.astype(int) - ref.astype(int))
+    # same sampling positions; cv2.resize's fixed-point weights round differently from warpAffine's
+    assert d.max() <= 1 and d.mean() < 0.2
+    assert A.Resize(64)(None, (240, 320))[1] == (64, 85)  # torchvision: smaller edge to 64
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_normalize_is_fused_as_torchvision_defines_it(device):
+    img = _photo(2, (64, 64)).to(device)
+    aug = A.Compose([A.CenterCrop(64), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
+    out = aug.apply([img], aug.draw([(64, 64)], [0]))[0]
+    ref = (img.permute(2, 0, 1).float() / 255 - torch.tensor(A.IMAGENET_MEAN, device=device)[:, None, None]) \
+        / torch.tensor(A.IMAGENET_STD, device=device)[:, None, None]
+    assert torch.allclose(out, ref, atol=1e-5)
+
+
+def _paint(img, box, colour):
+    x0, y0, x1, y1 = box
+    img[y0:y1, x0:x1] = torch.tensor(colour, dtype=torch.uint8)
+
+
+def _mask_box(out_hwc, colour, near=None, radius=12):
+    """Bounding box of the pixels of `colour` (within `near` +- radius when given, so that photo
+    pixels of a similar colour elsewhere do not count)."""
+    d = (out_hwc.int() - torch.tensor(colour)).abs().max(dim=2).values
+    if near is not None:
+        x, y = int(near[0]), int(near[1])
+        window = torch.full_like(d, 255)
+        window[max(0, y - radius):y + radius, max(0, x - radius):x + radius] = 0
+        d = torch.maximum(d, window)
+    ys, xs = torch.nonzero(d < 60, as_tuple=True)
+    assert len(xs), f"no pixel of colour {colour} found"
+    return xs.min().item(), ys.min().item(), xs.max().item() + 1, ys.max().item() + 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index", range(6))
+def test_boxes_and_keypoints_land_where_the_image_puts_them(device, index):
+    img = _photo(index, (240, 320))
+    box = (120, 80, 180, 130)  # xyxy, pixel edges
+    _paint(img, box, (0, 255, 0))
+    keypoints = torch.tensor([[60.5, 50.5], [250.5, 190.5]])  # centres of painted 5x5 squares
+    for (x, y), c in zip(keypoints.tolist(), [(255, 0, 255), (0, 255, 255)]):
+        _paint(img, (int(x) - 2, int(y) - 2, int(x) + 3, int(y) + 3), c)
+    aug = A.Compose([A.RandomAffine(25, (0.05, 0.05), (0.9, 1.1)), A.RandomHorizontalFlip(),
+                     A.Resize((200, 260))])
+    p = aug.draw([(240, 320)], [index], seed=7)
+    out = aug.apply([img.to(device)], p)[0].permute(1, 2, 0).cpu()
+    boxes, kept = A.transform_boxes(torch.tensor([box], dtype=torch.float32), p.matrices[0], p.size)
+    assert kept.all()
+    found = _mask_box(out, (0, 255, 0))
+    assert np.allclose(found, boxes[0].tolist(), atol=2.5), (found, boxes[0].tolist())
+    moved, inside = A.transform_keypoints(keypoints, p.matrices[0], p.size)
+    assert inside.all()
+    for (x, y), c in zip(moved.tolist(), [(255, 0, 255), (0, 255, 255)]):
+        x0, y0, x1, y1 = _mask_box(out, c, near=(x, y))
+        assert abs((x0 + x1) / 2 - x) < 1.5 and abs((y0 + y1) / 2 - y) < 1.5
+
+
+def test_boxes_are_clipped_and_dropped_and_flip_pairs_swap():
+    flip = A.Compose([A.RandomHorizontalFlip(p=1.0)])
+    p = flip.draw([(100, 200)], [0])
+    boxes, kept = A.transform_boxes(torch.tensor([[10.0, 10, 50, 40], [190, 0, 260, 30]]), p.matrices[0], p.size)
+    assert kept.tolist() == [True, True]
+    assert torch.allclose(boxes[0], torch.tensor([150.0, 10, 190, 40]))
+    assert torch.allclose(boxes[1], torch.tensor([0.0, 0, 10, 30]))  # clipped to the image
+    _, kept = A.transform_boxes(torch.tensor([[190.0, 0, 260, 30]]), p.matrices[0], p.size, min_visible=0.5)
+    assert kept.tolist() == [False]  # 10 of 70 pixels of width remain
+    eyes = torch.tensor([[70.0, 40.0], [130.0, 40.0]])  # left eye, right eye
+    moved, inside = A.transform_keypoints(eyes, p.matrices[0], p.size, flipped=True, flip_pairs=[(0, 1)])
+    assert torch.allclose(moved, torch.tensor([[70.0, 40.0], [130.0, 40.0]])) and inside.all()
+    assert not A.transform_keypoints(torch.tensor([[250.0, 10.0]]), torch.eye(3)[:2], (100, 200))[1].any()
+
+
+def test_compose_refuses_ragged_outputs_and_misplaced_normalize():
+    with pytest.raises(ValueError, match="fixed size"):
+        A.Compose([A.RandomHorizontalFlip()]).draw([(10, 20), (20, 10)], [0, 1])
+    with pytest.raises(ValueError, match="last"):
+        A.Compose([A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD), A.Resize(8)])
