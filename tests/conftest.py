@@ -1,4 +1,4 @@
-"""Shared test fixtures: devices to run on and the sample photographs of shared/WORKLOADS.md."""
+"""Shared test fixtures: devices to run on and the sample photographs of docs/workloads.md."""
 import numpy as np
 import pytest
 import torch
@@ -13,7 +13,7 @@ requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason=CUDA_SKIP_REASON)
 
 
 def sample_photos(size=None):
-    """scikit-image's astronaut, chelsea, coffee, rocket as BGR uint8 HWC arrays (WORKLOADS.md),
+    """scikit-image's astronaut, chelsea, coffee, rocket as BGR uint8 HWC arrays (docs/workloads.md),
     image i rolled horizontally by 37*i pixels; resized to size=(h, w) with cv2.INTER_LINEAR if given."""
     import cv2
     from skimage import data

@@ -14,7 +14,7 @@ F32 = np.float32
 
 # ---------------------------------------------------------------- numpy reference (written for the tests)
 def workload_boxes(n, seed=None, field=1000.0, dtype=torch.float32):
-    """WORKLOADS.md: centres uniform in [0, field)^2, w, h uniform in [10, 200), scores uniform in [0, 1)."""
+    """docs/workloads.md: centres uniform in [0, field)^2, w, h uniform in [10, 200), scores uniform in [0, 1)."""
     g = torch.Generator().manual_seed(n if seed is None else seed)
     centre = torch.rand(n, 2, generator=g, dtype=torch.float64) * field
     wh = torch.rand(n, 2, generator=g, dtype=torch.float64) * 190 + 10

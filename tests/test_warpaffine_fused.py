@@ -108,7 +108,7 @@ def test_channels_last_input_to_nchw_float(device):
 
 
 def _decoded_list(device, seed=4):
-    """Mixed-size HWC uint8 images as a JPEG decoder returns them (WORKLOADS.md's varsize shapes)."""
+    """Mixed-size HWC uint8 images as a JPEG decoder returns them (docs/workloads.md's varsize shapes)."""
     shapes = [(75, 100), (96, 128), (67, 100), (100, 75), (85, 128), (128, 96)]
     rng = np.random.default_rng(seed)
     imgs, mats = [], []

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Benchmark of orbbec.nms beside torchvision.ops in one run, on the NMS workloads of
-shared/WORKLOADS.md: box centres uniform in [0, 1000)^2, widths and heights uniform in [10, 200),
+docs/workloads.md: box centres uniform in [0, 1000)^2, widths and heights uniform in [10, 200),
 scores uniform in [0, 1), IoU threshold 0.5, a torch.Generator seeded with N (drawn in that order,
 float32, then class ids uniform in [0, classes) for batched_nms).
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Times orbbec.roi_align beside torchvision.ops.roi_align on the RoIAlign workloads of WORKLOADS.md
+"""Times orbbec.roi_align beside torchvision.ops.roi_align on the RoIAlign workloads of docs/workloads.md
 (box, fpn, mask), in one run on one GPU, and prints a markdown table (last).
 
-Rois, as WORKLOADS.md: batch index uniform in [0, N); x1, y1 uniform in [0, 1100) x [0, 700),
+Rois, as docs/workloads.md: batch index uniform in [0, N); x1, y1 uniform in [0, 1100) x [0, 700),
 scaled by the map's image size (map size / spatial_scale) over 1216 x 800, the image size of the box
 and mask maps (so unscaled there); widths and heights uniform in [16, 316). torch.Generator seed 0.
 

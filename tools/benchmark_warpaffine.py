@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Benchmark of orbbec's warp_affine beside its peers, in one run, on the workloads of
-shared/WORKLOADS.md (face, det, hd): orbbec CUDA (NCHW and channels_last), F.affine_grid +
+docs/workloads.md (face, det, hd): orbbec CUDA (NCHW and channels_last), F.affine_grid +
 F.grid_sample (uint8 -> float -> uint8, as kornia does it), torchvision v2 affine (when
 installed), cv2.warpAffine on the CPU with all threads and with one, and a device-to-device copy
 for the bandwidth figure. Prints a markdown table last and writes it to --out.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """CPU benchmark: orbbec's CPU warp_affine against cv2.warpAffine with the same number of threads,
-on the face workload of shared/WORKLOADS.md (512 images 250x250 -> 112x112, uint8 bilinear).
+on the face workload of docs/workloads.md (512 images 250x250 -> 112x112, uint8 bilinear).
 cv2 runs one image per call in a pool of N threads (cv2.setNumThreads(1)), orbbec one batch call
 with torch.set_num_threads(N). Prints a markdown table and writes it to --out.
 

@@ -1,4 +1,4 @@
-"""The benchmark workloads of shared/WORKLOADS.md: sample photographs and per-image matrices."""
+"""The benchmark workloads of docs/workloads.md: sample photographs and per-image matrices."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +28,7 @@ def photos_bgr(batch: int, in_hw, shapes=None) -> list:
 
 
 def forward_matrices(batch: int, in_hws, out_hw, seed: int = 0) -> np.ndarray:
-    """cv2-convention (src -> dst) matrices, [batch, 2, 3] float64, drawn as WORKLOADS.md says."""
+    """cv2-convention (src -> dst) matrices, [batch, 2, 3] float64, drawn as docs/workloads.md says."""
     import cv2
 
     rng = np.random.default_rng(seed)
