@@ -1,5 +1,7 @@
 """JPEG files for the decode tests, encoded with OpenCV from the sample photographs: every chroma
 sampling, grayscale, progressive, restart markers, EXIF orientation tags, and broken buffers."""
+import functools
+
 import cv2
 import numpy as np
 
@@ -14,9 +16,14 @@ SAMPLINGS = {
 }
 
 
+@functools.lru_cache(maxsize=64)
+def _photos(size):
+    return sample_photos(size)
+
+
 def photo(i, size=None):
-    """Sample photograph i mod 4 (BGR), resized to size=(h, w)."""
-    return sample_photos(size)[i % 4] if size is not None else sample_photos()[i % 4]
+    """Sample photograph i mod 4 (BGR), resized to size=(h, w). Shared: do not write into it."""
+    return _photos(None if size is None else tuple(size))[i % 4]
 
 
 def encode(img, quality=90, sampling="420", progressive=False, restart=0, optimize=False):

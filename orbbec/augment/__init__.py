@@ -80,12 +80,12 @@ class Compose:
         """Warps images (a list of HWC uint8 tensors, or an NCHW batch) by params, in one call."""
         from ..warpaffine import warp_affine
 
-        device = images[0].device if isinstance(images, (list, tuple)) else images.device
-        M = params.matrices.to(device)
+        is_list = isinstance(images, (list, tuple))
+        M = params.matrices.to(images[0].device if is_list else images.device)
         dsize = (params.size[1], params.size[0])
-        if self.normalize is None:
-            return warp_affine(images, M, dsize, border_value=border_value, out_layout="NCHW") \
-                if isinstance(images, (list, tuple)) else warp_affine(images, M, dsize, border_value=border_value)
-        n = self.normalize
-        return warp_affine(images, M, dsize, border_value=border_value, out_dtype=torch.float32, mean=n.mean,
-                           std=n.std, scale=n.scale, out_layout="NCHW")
+        fused = {}
+        if self.normalize is not None:
+            n = self.normalize
+            fused = dict(out_dtype=torch.float32, mean=n.mean, std=n.std, scale=n.scale)
+        return warp_affine(images, M, dsize, border_value=border_value,
+                           out_layout="NCHW" if (is_list or fused) else None, **fused)

@@ -68,6 +68,8 @@ def decode(buffers, mode, reduces, rois, apply_exif, threads):
         results = [_decode_one(cv2, b, mode, r, roi, apply_exif) for b, r, roi in args]
     else:
         if _pool is None or _pool_threads < threads:
+            if _pool is not None:
+                _pool.shutdown(wait=False)  # its threads finish their work and exit
             _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="orbbec-decode")
             _pool_threads = threads
         results = list(_pool.map(lambda a: _decode_one(cv2, a[0], mode, a[1], a[2], apply_exif), args))
