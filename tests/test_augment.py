@@ -125,3 +125,68 @@ def test_compose_refuses_ragged_outputs_and_misplaced_normalize():
         A.Compose([A.RandomHorizontalFlip()]).draw([(10, 20), (20, 10)], [0, 1])
     with pytest.raises(ValueError, match="last"):
         A.Compose([A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD), A.Resize(8)])
+
+
+# Against torchvision.transforms.v2 given the same parameters (skipped where torchvision is missing).
+
+def _v2():
+    return pytest.importorskip("torchvision.transforms.v2.functional", reason="torchvision is not installed")
+
+
+def _rgb(i, size):
+    return torch.from_numpy(sample_photos(size)[i % 4][:, :, ::-1].copy())
+
+
+def _close_inside(out, ref, rim=2, level=1, share=0.99):
+    """uint8 CHW images equal within `level` on `share` of the pixels away from a `rim` (where
+    border handling differs: torchvision clamps, the warp fills)."""
+    d = (out.int() - ref.int()).abs()[:, rim:-rim, rim:-rim]
+    assert (d <= level).float().mean() >= share, f"only {(d <= level).float().mean():.4f} within {level}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_geometric_transforms_match_torchvision_v2(device):
+    F = _v2()
+    img = _rgb(0, (160, 200)).to(device)
+    chw = img.permute(2, 0, 1).contiguous()
+    for k in range(6):
+        aug = A.Compose([A.RandomResizedCrop((96, 112), scale=(0.2, 1.0)), A.RandomHorizontalFlip()])
+        p = aug.draw([(160, 200)], [k], seed=4)
+        x, y, cw, ch = p.samples[0]["RandomResizedCrop.crop"]
+        ref = F.resized_crop(chw, y, x, ch, cw, [96, 112], antialias=False)
+        if p.samples[0]["RandomHorizontalFlip.hflip"]:
+            ref = F.horizontal_flip(ref)
+        _close_inside(aug.apply([img], p)[0], ref)
+    for k in range(6):
+        aug = A.Compose([A.RandomAffine(30, (0.1, 0.1), (0.8, 1.2), shear=(-10, 10, -5, 5))])
+        p = aug.draw([(160, 200)], [k], seed=4)
+        s = p.samples[0]
+        ref = F.affine(chw, angle=s["RandomAffine.angle"], translate=list(s["RandomAffine.translate"]),
+                       scale=s["RandomAffine.scale"], shear=list(s["RandomAffine.shear"]),
+                       interpolation=F.InterpolationMode.BILINEAR)
+        _close_inside(aug.apply([img], p)[0], ref, rim=4, share=0.98)
+    aug = A.Compose([A.Resize((240, 300)), A.RandomVerticalFlip(p=1.0)])
+    ref = F.vertical_flip(F.resize(chw, [240, 300], antialias=False))
+    _close_inside(aug.apply([img], aug.draw([(160, 200)], [0]))[0], ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_colour_transforms_match_torchvision_v2_in_each_samples_order(device):
+    F = _v2()
+    imgs = [_rgb(i, (64, 80)).to(device) for i in range(8)]
+    aug = A.Compose([A.Resize((64, 80)), A.ColorJitter(0.5, 0.5, 0.5, 0.2), A.RandomGrayscale(0.3)])
+    p = aug.draw([(64, 80)] * 8, list(range(8)), seed=21)
+    out = aug.apply(imgs, p)
+    adjust = [F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue]
+    names = ["brightness", "contrast", "saturation", "hue"]
+    orders = set()
+    for k, img in enumerate(imgs):
+        x = img.permute(2, 0, 1).float() / 255
+        jitter = p.samples[k]["ColorJitter"]
+        orders.add(tuple(jitter["order"]))
+        for a in jitter["order"]:
+            x = adjust[a](x, jitter[names[a]])
+        if p.samples[k]["RandomGrayscale"]["gray"]:
+            x = F.rgb_to_grayscale(x, num_output_channels=3)
+        assert torch.allclose(out[k], x, atol=2e-5), k
+    assert len(orders) > 1  # the order is drawn per sample

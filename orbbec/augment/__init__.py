@@ -17,17 +17,29 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from ._color import ColorJitter, RandomGrayscale, apply_photometric, is_photometric
+from ._faces import AlignFaces
 from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
                         Resize)
 from ._random import sample_rng
-from ._targets import transform_boxes, transform_keypoints
+from ._targets import transform_boxes, transform_keypoints, transform_landmarks
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 __all__ = ["Compose", "Normalize", "Params", "Resize", "CenterCrop", "RandomResizedCrop", "RandomAffine",
-           "RandomHorizontalFlip", "RandomVerticalFlip", "sample_rng", "transform_boxes", "transform_keypoints",
-           "IMAGENET_MEAN", "IMAGENET_STD"]
+           "RandomHorizontalFlip", "RandomVerticalFlip", "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale",
+           "sample_rng", "transform_boxes", "transform_keypoints", "transform_landmarks", "IMAGENET_MEAN",
+           "IMAGENET_STD"]
+
+
+class Grayscale(RandomGrayscale):
+    """torchvision's Grayscale(num_output_channels=3): the luma in all three channels, always."""
+
+    def __init__(self, num_output_channels: int = 3):
+        if num_output_channels != 3:
+            raise ValueError("Grayscale: only num_output_channels=3 is supported (the batch keeps 3 channels)")
+        super().__init__(p=1.0)
 
 
 class Normalize:
@@ -48,44 +60,73 @@ class Params:
 
 
 class Compose:
+    """Geometric transforms (composed into one matrix per sample), then photometric ones (ColorJitter,
+    RandomGrayscale: on the float batch after the warp), then Normalize (fused into the warp when no
+    photometric transform comes between)."""
+
     def __init__(self, transforms: Sequence):
-        self.geometric = [t for t in transforms if not isinstance(t, Normalize)]
+        transforms = list(transforms)
         norms = [t for t in transforms if isinstance(t, Normalize)]
         if len(norms) > 1 or (norms and transforms[-1] is not norms[0]):
             raise ValueError("Compose: Normalize, if given, must be the last transform (it is fused into the warp)")
         self.normalize: Optional[Normalize] = norms[0] if norms else None
+        self.photometric = [t for t in transforms if is_photometric(t)]
+        self.geometric = [t for t in transforms if not is_photometric(t) and not isinstance(t, Normalize)]
+        first_photo = next((i for i, t in enumerate(transforms) if is_photometric(t)), len(transforms))
+        if any(not is_photometric(t) and not isinstance(t, Normalize) for t in transforms[first_photo:]):
+            raise ValueError("Compose: geometric transforms must come before ColorJitter/RandomGrayscale "
+                             "(the geometry is one warp; colour works on its output)")
+        names = [type(t).__name__ for t in self.photometric]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Compose: each photometric transform may appear once, got {names}")
 
     def draw(self, sizes: Sequence[Tuple[int, int]], indices: Sequence[int], *, epoch: int = 0,
-             seed: int = 0) -> Params:
-        """Parameters for images of the given (height, width), sample indices `indices`."""
+             seed: int = 0, targets: Optional[Sequence[Optional[dict]]] = None) -> Params:
+        """Parameters for images of the given (height, width), sample indices `indices`. `targets`
+        (one dict per sample, or None) feeds transforms that need them (AlignFaces: "landmarks")."""
         if len(sizes) != len(indices):
             raise ValueError(f"Compose.draw: {len(sizes)} sizes but {len(indices)} indices")
+        if targets is not None and len(targets) != len(sizes):
+            raise ValueError(f"Compose.draw: {len(sizes)} sizes but {len(targets)} targets")
         mats, samples, out = [], [], None
-        for (h, w), index in zip(sizes, indices):
+        for k, ((h, w), index) in enumerate(zip(sizes, indices)):
             rng = sample_rng(seed, epoch, index)
             m, size, info = np.eye(3), (int(h), int(w)), {}
             for t in self.geometric:
-                step, size, p = t(rng, size)
+                if getattr(t, "needs_target", False):
+                    step, size, p = t(rng, size, None if targets is None else targets[k])
+                else:
+                    step, size, p = t(rng, size)
                 m = step @ m
-                info.update({f"{type(t).__name__}.{k}": v for k, v in p.items()})
+                info.update({f"{type(t).__name__}.{key}": v for key, v in p.items()})
+            for t in self.photometric:
+                info[type(t).__name__] = t.draw(rng)
             if out is not None and size != out:
                 raise ValueError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
                                  "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), CenterCrop)")
             out = size
             mats.append(m[:2])
             samples.append(info)
-        return Params(torch.tensor(np.array(mats), dtype=torch.float64), out, samples)
+        return Params(torch.tensor(np.array(mats).reshape(-1, 2, 3), dtype=torch.float64), out, samples)
 
     def apply(self, images, params: Params, *, border_value=0) -> torch.Tensor:
-        """Warps images (a list of HWC uint8 tensors, or an NCHW batch) by params, in one call."""
+        """Warps images (a list of HWC uint8 tensors, or an NCHW batch) by params, in one call; then the
+        photometric transforms and the normalisation."""
         from ..warpaffine import warp_affine
 
         is_list = isinstance(images, (list, tuple))
-        M = params.matrices.to(images[0].device if is_list else images.device)
+        M = params.matrices.to(images[0].device if is_list else images.device, non_blocking=True)
         dsize = (params.size[1], params.size[0])
-        fused = {}
-        if self.normalize is not None:
-            n = self.normalize
-            fused = dict(out_dtype=torch.float32, mean=n.mean, std=n.std, scale=n.scale)
-        return warp_affine(images, M, dsize, border_value=border_value,
-                           out_layout="NCHW" if (is_list or fused) else None, **fused)
+        n = self.normalize
+        if not self.photometric:
+            fused = dict(out_dtype=torch.float32, mean=n.mean, std=n.std, scale=n.scale) if n is not None else {}
+            return warp_affine(images, M, dsize, border_value=border_value,
+                               out_layout="NCHW" if (is_list or fused) else None, **fused)
+        x = warp_affine(images, M, dsize, border_value=border_value, out_dtype=torch.float32,
+                        scale=n.scale if n is not None else 1 / 255, out_layout="NCHW")
+        x = apply_photometric(x, params.samples, self.photometric)
+        if n is not None:
+            mean = torch.tensor(n.mean, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
+            std = torch.tensor(n.std, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
+            x = x.sub_(mean).div_(std)
+        return x

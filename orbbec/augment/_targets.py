@@ -7,10 +7,11 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 
-def _apply(points: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
-    """Points [..., 2] in continuous coordinates through M [2, 3], which works on pixel centres."""
-    p = points.to(M.dtype) - 0.5
-    return (p @ M[:, :2].T + M[:, 2]) + 0.5
+def _apply(points: torch.Tensor, M: torch.Tensor, shift: float = 0.5) -> torch.Tensor:
+    """Points [..., 2] through M [2, 3], which works on pixel centres: continuous coordinates (pixel i
+    spans [i, i+1)) shift by half a pixel around it, pixel-centre ones (shift=0) do not."""
+    p = points.to(M.dtype) - shift
+    return (p @ M[:, :2].T + M[:, 2]) + shift
 
 
 def transform_boxes(boxes: torch.Tensor, M: torch.Tensor, size: Tuple[int, int],
@@ -34,14 +35,15 @@ def transform_boxes(boxes: torch.Tensor, M: torch.Tensor, size: Tuple[int, int],
 
 
 def transform_keypoints(points: torch.Tensor, M: torch.Tensor, size: Tuple[int, int], flipped: bool = False,
-                        flip_pairs: Optional[Sequence[Tuple[int, int]]] = None):
+                        flip_pairs: Optional[Sequence[Tuple[int, int]]] = None, pixel_centres: bool = False):
     """Keypoints [..., K, 2] -> (points [..., K, 2], inside [..., K] bool). `inside` flags points
     that landed in the output (height, width) `size`. When the sample was flipped horizontally and
     `flip_pairs` names left/right pairs (e.g. eyes), the pairs swap places so that "left eye" stays
-    the left eye of the flipped face."""
+    the left eye of the flipped face. pixel_centres: the points use cv2's convention (pixel centres at
+    integers), as face landmarks usually do, instead of torchvision's."""
     M = torch.as_tensor(M, dtype=torch.float64)
     p = torch.as_tensor(points)
-    moved = _apply(p, M)
+    moved = _apply(p, M, 0.0 if pixel_centres else 0.5)
     if flipped and flip_pairs:
         order = list(range(moved.shape[-2]))
         for a, b in flip_pairs:
@@ -50,3 +52,12 @@ def transform_keypoints(points: torch.Tensor, M: torch.Tensor, size: Tuple[int, 
     h, w = size
     inside = (moved[..., 0] >= 0) & (moved[..., 0] < w) & (moved[..., 1] >= 0) & (moved[..., 1] < h)
     return moved.to(p.dtype if p.is_floating_point() else torch.float32), inside
+
+
+# Left/right pairs of the 5 face landmarks (eyes, nose, mouth corners): a horizontal flip swaps them.
+FACE5_FLIP_PAIRS = ((0, 1), (3, 4))
+
+
+def transform_landmarks(points, M, size, flipped: bool = False, flip_pairs=FACE5_FLIP_PAIRS):
+    """Face landmarks [..., 5, 2] in cv2's pixel-centre convention, as AlignFaces reads them."""
+    return transform_keypoints(points, M, size, flipped, flip_pairs, pixel_centres=True)

@@ -1,0 +1,157 @@
+"""Photometric transforms with torchvision.transforms.v2's names and meanings, drawn per sample and
+applied to the whole float batch (values in [0, 1], RGB, NCHW) after the warp.
+
+Each transform draws its parameters in `draw(rng)` and returns a dict; `apply_photometric` then runs
+them on the batch. A sample's ColorJitter runs its four adjustments in its own random order, as
+torchvision's does: for each of the four positions, every adjustment is applied at once to the samples
+that put it there, so the batch costs four passes of each adjustment at most, whatever its size.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+import torch
+
+# ITU-R 601-2 luma, torchvision's rgb_to_grayscale weights.
+_LUMA = (0.2989, 0.587, 0.114)
+_ADJUSTMENTS = ("brightness", "contrast", "saturation", "hue")
+_IDENTITY = {"brightness": 1.0, "contrast": 1.0, "saturation": 1.0, "hue": 0.0}
+
+
+def _factor_range(v, name, center=1.0, bound=(0.0, float("inf"))):
+    if v is None:
+        return None
+    if isinstance(v, (int, float)):
+        if v < 0:
+            raise ValueError(f"ColorJitter: {name} must be >= 0, got {v}")
+        lo, hi = center - v, center + v
+        if name != "hue":
+            lo = max(lo, 0.0)
+    else:
+        lo, hi = float(v[0]), float(v[1])
+    if not (bound[0] <= lo <= hi <= bound[1]):
+        raise ValueError(f"ColorJitter: {name} values must lie in {list(bound)} with min <= max, got {(lo, hi)}")
+    return None if lo == hi == center else (lo, hi)
+
+
+class ColorJitter:
+    """torchvision's ColorJitter: brightness, contrast and saturation factors uniform in
+    [max(0, 1 - v), 1 + v] (or a given (min, max)); hue shift uniform in [-v, v] with v <= 0.5; the
+    four adjustments in a random order per sample."""
+
+    def __init__(self, brightness=None, contrast=None, saturation=None, hue=None):
+        self.ranges = {
+            "brightness": _factor_range(brightness, "brightness"),
+            "contrast": _factor_range(contrast, "contrast"),
+            "saturation": _factor_range(saturation, "saturation"),
+            "hue": _factor_range(hue, "hue", center=0.0, bound=(-0.5, 0.5)),
+        }
+
+    def draw(self, rng) -> dict:
+        order = [int(i) for i in rng.permutation(4)]
+        p = {"order": order}
+        for name in _ADJUSTMENTS:
+            r = self.ranges[name]
+            p[name] = float(rng.uniform(*r)) if r is not None else _IDENTITY[name]
+        return p
+
+
+class RandomGrayscale:
+    """torchvision's RandomGrayscale: with probability p the image becomes its luma in all channels."""
+
+    def __init__(self, p: float = 0.1):
+        self.p = p
+
+    def draw(self, rng) -> dict:
+        return {"gray": bool(rng.uniform() < self.p)}
+
+
+def grayscale(x: torch.Tensor) -> torch.Tensor:
+    """Luma of an RGB batch [B, 3, H, W] -> [B, 1, H, W]."""
+    r, g, b = x.unbind(1)
+    return (r * _LUMA[0] + g * _LUMA[1] + b * _LUMA[2]).unsqueeze(1)
+
+
+def _per_sample(values, x) -> torch.Tensor:
+    return torch.tensor(values, dtype=x.dtype).to(x.device, non_blocking=True).view(-1, 1, 1, 1)
+
+
+def adjust_brightness(x, f):
+    return (x * f).clamp_(0, 1)
+
+
+def adjust_contrast(x, f):
+    mean = grayscale(x).mean(dim=(1, 2, 3), keepdim=True)
+    return (x * f + mean * (1 - f)).clamp_(0, 1)
+
+
+def adjust_saturation(x, f):
+    return (x * f + grayscale(x) * (1 - f)).clamp_(0, 1)
+
+
+def adjust_hue(x, shift):
+    """Rotates the hue (HSV) by `shift` turns: RGB -> HSV -> RGB as torchvision computes it."""
+    r, g, b = x.unbind(1)
+    maxc, minc = x.max(dim=1).values, x.min(dim=1).values
+    eqc = maxc == minc
+    cr = maxc - minc
+    ones = torch.ones_like(maxc)
+    s = cr / torch.where(eqc, ones, maxc)
+    cr_divisor = torch.where(eqc, ones, cr)
+    rc, gc, bc = (maxc - r) / cr_divisor, (maxc - g) / cr_divisor, (maxc - b) / cr_divisor
+    hr = (maxc == r) * (bc - gc)
+    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
+    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
+    h = torch.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
+    h = torch.remainder(h + shift.view(-1, 1, 1), 1.0)
+    v = maxc
+    i = torch.floor(h * 6.0)
+    f = h * 6.0 - i
+    i = i.to(torch.int32) % 6
+    p = (v * (1.0 - s)).clamp_(0.0, 1.0)
+    q = (v * (1.0 - s * f)).clamp_(0.0, 1.0)
+    t = (v * (1.0 - s * (1.0 - f))).clamp_(0.0, 1.0)
+    mask = i.unsqueeze(1) == torch.arange(6, device=x.device, dtype=torch.int32).view(-1, 1, 1)
+    a1 = torch.stack((v, q, p, p, t, v), dim=1)
+    a2 = torch.stack((t, v, v, q, p, p), dim=1)
+    a3 = torch.stack((p, p, t, v, v, q), dim=1)
+    a4 = torch.stack((a1, a2, a3), dim=1)  # [B, 3, 6, H, W]
+    return torch.einsum("...ijk, ...xijk -> ...xjk", mask.to(x.dtype), a4)
+
+
+_APPLY = {"brightness": adjust_brightness, "contrast": adjust_contrast, "saturation": adjust_saturation,
+          "hue": lambda x, f: adjust_hue(x, f.view(-1))}
+
+
+def apply_photometric(x: torch.Tensor, samples: List[dict], transforms) -> torch.Tensor:
+    """Runs the photometric transforms (in their Compose order) on x [B, 3, H, W] float in [0, 1],
+    with each sample's drawn parameters (samples[i][name])."""
+    for t in transforms:
+        key = type(t).__name__
+        draws = [s[key] for s in samples]
+        if isinstance(t, RandomGrayscale):
+            rows = [i for i, d in enumerate(draws) if d["gray"]]
+            if rows:
+                idx = torch.tensor(rows).to(x.device, non_blocking=True)
+                x.index_copy_(0, idx, grayscale(x.index_select(0, idx)).expand(-1, 3, -1, -1).contiguous())
+            continue
+        for position in range(4):
+            for a, name in enumerate(_ADJUSTMENTS):
+                if t.ranges[name] is None:
+                    continue
+                rows = [i for i, d in enumerate(draws) if d["order"][position] == a]
+                if not rows:
+                    continue
+                f = _per_sample([draws[i][name] for i in rows], x)
+                if len(rows) == x.shape[0]:
+                    x = _APPLY[name](x, f)
+                else:
+                    idx = torch.tensor(rows).to(x.device, non_blocking=True)
+                    x.index_copy_(0, idx, _APPLY[name](x.index_select(0, idx), f))
+    return x
+
+
+def is_photometric(t) -> bool:
+    return isinstance(t, (ColorJitter, RandomGrayscale))
+

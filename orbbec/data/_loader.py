@@ -1,0 +1,285 @@
+"""GPULoader: DataLoader workers read bytes and draw the augmentation; a background thread decodes
+and augments each batch on the GPU on a side stream, `prefetch` batches ahead of the training step;
+the consumer's stream waits on an event, so nothing synchronises the host in the steady state."""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import List, Optional
+
+import torch
+
+from ..io import JpegDecodeError, decode_jpeg
+from . import _order
+from ._samples import HostBatch, prepare, select_rows
+
+_DONE = object()
+
+
+def _identity(x):
+    return x
+
+
+class _Batches(torch.utils.data.Dataset):
+    """One epoch's batches, as a map-style dataset for torch's DataLoader (batch_size=None)."""
+
+    def __init__(self, loader: "GPULoader", batches: List[List[int]], epoch: int):
+        self.loader, self.batches, self.epoch = loader, batches, epoch
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, k):
+        ld = self.loader
+        batch = prepare(ld.dataset, self.batches[k], transform=ld.transform, seed=ld.seed, epoch=self.epoch,
+                        box_min_visible=ld.box_min_visible, flip_pairs=ld.flip_pairs, ragged=ld.ragged)
+        if ld.device.type == "cpu":
+            ld._assemble(batch)  # the CPU path decodes and augments in the worker too
+        return batch
+
+
+class GPULoader:
+    """Iterates like torch's DataLoader over a Dataset whose items are an image (JPEG bytes, a path,
+    or a decoded uint8 HWC array), a tuple (image, target, ...) or a dict with an "image" key and
+    targets ("boxes" xyxy [N, 4] with per-box "labels", "keypoints" [K, 2|3], "landmarks" [5, 2], any
+    other key collated as it is). Yields the items' structure with the image replaced by the
+    augmented batch (a float32 NCHW tensor with `transform`, else a list of uint8 HWC tensors).
+
+    batch_size, shuffle, sampler, drop_last, num_workers: DataLoader's meaning. Without a sampler the
+        loader shards like DistributedSampler (rank and world_size from torch.distributed unless given).
+    transform: an orbbec.augment.Compose; each sample's parameters come from (seed, epoch, index).
+    device: where decoding and augmentation run ("cuda", "cuda:N", or "cpu": all of it in workers).
+    prefetch: batches prepared ahead of the consumer (GPU path).
+    on_error: "raise" (JpegDecodeError naming the dataset index) or "skip" (the sample is left out of
+        its batch and its index added to `skipped`; the batch's other samples are kept).
+    ragged: "padded" (boxes [B, N, 4] padded with zeros, labels with -1, counts in "num_boxes") or "list".
+    return_params: also yield the drawn Params (matrices, flags) for debugging: (..., params) or ["params"].
+    """
+
+    def __init__(self, dataset, batch_size: int = 1, *, transform=None, shuffle: bool = False, sampler=None,
+                 drop_last: bool = False, num_workers: int = 0, device=None, prefetch: int = 2, seed: int = 0,
+                 on_error: str = "raise", mode: str = "RGB", rank: Optional[int] = None,
+                 world_size: Optional[int] = None, ragged: str = "padded", return_params: bool = False,
+                 box_min_visible: float = 0.0, flip_pairs=None, border_value=0):
+        if batch_size < 1:
+            raise ValueError(f"GPULoader: batch_size must be >= 1, got {batch_size}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"GPULoader: on_error must be 'raise' or 'skip', got {on_error!r}")
+        if ragged not in ("padded", "list"):
+            raise ValueError(f"GPULoader: ragged must be 'padded' or 'list', got {ragged!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("GPULoader: sampler and shuffle are exclusive (as in DataLoader)")
+        self.dataset, self.batch_size, self.transform = dataset, int(batch_size), transform
+        self.shuffle, self.sampler, self.drop_last = shuffle, sampler, drop_last
+        self.num_workers, self.prefetch, self.seed = int(num_workers), max(1, int(prefetch)), int(seed)
+        self.on_error, self.mode, self.ragged, self.return_params = on_error, mode, ragged, return_params
+        self.box_min_visible, self.flip_pairs, self.border_value = box_min_visible, flip_pairs, border_value
+        self.rank, self.world_size = _order.optional_world(rank, world_size)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.epoch, self.batches_served, self.skipped = 0, 0, []
+        self._resume = False  # the next __iter__ continues the epoch (after load_state_dict)
+        self._stream = None
+
+    # DataLoader / DistributedSampler interface -------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.batches_served = int(epoch), 0
+
+    def state_dict(self) -> dict:
+        """Where the loader stands: restore it with load_state_dict to resume mid-epoch."""
+        return {"epoch": self.epoch, "batches_served": self.batches_served, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.batches_served = int(state["epoch"]), int(state["batches_served"])
+        self.seed = int(state.get("seed", self.seed))
+        self._resume = True
+
+    def _indices(self) -> List[int]:
+        if self.sampler is not None:
+            return _order.sampler_indices(self.sampler, self.epoch)
+        return _order.epoch_indices(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+                                    rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
+
+    def __len__(self) -> int:
+        return _order.batch_count(len(self._indices()), self.batch_size, self.drop_last)
+
+    def __iter__(self):
+        skip = self.batches_served if self._resume else 0
+        self._resume, self.batches_served = False, skip
+        batches = _order.batches_of(self._indices(), self.batch_size, self.drop_last, skip=skip)
+        source = _Batches(self, batches, self.epoch)
+        reader = torch.utils.data.DataLoader(source, batch_size=None, shuffle=False, num_workers=self.num_workers,
+                                             collate_fn=_identity,
+                                             prefetch_factor=self.prefetch if self.num_workers else None)
+        it = _CudaEpoch(self, reader) if self.device.type == "cuda" else iter(reader)
+        return _Epoch(self, it)
+
+    # turning a HostBatch into the output ---------------------------------------------------------
+    def _assemble(self, batch: HostBatch) -> None:
+        """Decodes and augments a batch on self.device (in the current stream); fills batch.images and
+        leaves in batch.extra["rows"] the samples kept."""
+        pos = [i for i, e in enumerate(batch.encoded) if e is not None]
+        images = list(batch.decoded)
+        if pos:
+            decoded = decode_jpeg([batch.encoded[i] for i in pos], device=self.device, mode=self.mode, on_error="skip")
+            for i, img in zip(pos, decoded):
+                images[i] = img
+                if img is None and not batch.errors[i]:
+                    batch.errors[i] = "could not be decoded"
+        rows = [i for i, img in enumerate(images) if img is not None and not batch.errors[i]]
+        bad = [i for i in range(len(images)) if i not in set(rows)]
+        if bad and self.on_error == "raise":
+            i = bad[0]
+            raise JpegDecodeError(f"GPULoader: sample {batch.indices[i]} (position {i} of its batch): "
+                                  f"{batch.errors[i] or 'could not be decoded'}", batch.indices[i])
+        batch.extra["rows"], batch.extra["bad"] = rows, [batch.indices[i] for i in bad]
+        images = [images[i].to(self.device, non_blocking=True) if images[i].device != self.device else images[i]
+                  for i in rows]
+        if not rows:
+            batch.images = None
+        elif self.transform is None:
+            batch.images = images
+        else:
+            from ..augment import Params
+            p = batch.params
+            params = Params(p.matrices[rows] if len(rows) < len(p.samples) else p.matrices, p.size,
+                            [p.samples[i] for i in rows])
+            batch.params = params
+            batch.images = self.transform.apply(images, params, border_value=self.border_value)
+        if len(rows) < len(batch.indices):
+            batch.targets = select_rows(batch, rows)
+
+    def _output(self, batch: HostBatch):
+        self.skipped.extend(batch.extra.get("bad", []))
+        if batch.kind == "dict":
+            out = {"image": batch.images, **batch.targets}
+            if self.return_params:
+                out["params"] = batch.params
+            return out
+        if batch.kind == "tuple":
+            out = (batch.images, *batch.targets)
+            return out + (batch.params,) if self.return_params else out
+        return (batch.images, batch.params) if self.return_params else batch.images
+
+
+class _Epoch:
+    """The iterator of one epoch: counts batches served (for state_dict) and moves to the next epoch
+    at its end."""
+
+    def __init__(self, loader: GPULoader, it):
+        self.loader, self.it = loader, it
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ld = self.loader
+        while True:
+            try:
+                batch = next(self.it)
+            except StopIteration:
+                ld.epoch, ld.batches_served = ld.epoch + 1, 0
+                raise
+            ld.batches_served += 1
+            if batch.images is None:  # every sample of the batch was bad and skipped
+                ld.skipped.extend(batch.extra.get("bad", []))
+                continue
+            return ld._output(batch)
+
+    def close(self):
+        if hasattr(self.it, "close"):
+            self.it.close()
+
+    def __del__(self):
+        self.close()
+
+
+class _CudaEpoch:
+    """Runs _assemble for each batch on a background thread, on the loader's side stream, and hands the
+    results over to the consumer's current stream."""
+
+    def __init__(self, loader: GPULoader, reader):
+        self.loader, self.reader = loader, reader
+        if loader._stream is None:
+            loader._stream = torch.cuda.Stream(loader.device)
+        self.stream = loader._stream
+        self.queue: "queue.Queue" = queue.Queue(maxsize=loader.prefetch)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._produce, name="orbbec-loader", daemon=True)
+        self.thread.start()
+
+    def _put(self, item) -> bool:
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self):
+        ld = self.loader
+        try:
+            torch.cuda.set_device(ld.device)
+            with torch.cuda.stream(self.stream):
+                for batch in self.reader:
+                    if self.stop.is_set():
+                        return
+                    ld._assemble(batch)
+                    _pin_and_move(batch, ld.device)
+                    event = torch.cuda.Event()
+                    event.record(self.stream)
+                    if not self._put((batch, event)):
+                        return
+            self._put(_DONE)
+        except BaseException as e:  # handed to the consumer, raised there
+            self._put(e)
+
+    def __next__(self) -> HostBatch:
+        item = self.queue.get()
+        if item is _DONE:
+            self.close()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        batch, event = item
+        consumer = torch.cuda.current_stream(self.loader.device)
+        consumer.wait_event(event)
+        for t in _tensors(batch):
+            if t.is_cuda:
+                t.record_stream(consumer)  # the allocator must not reuse them before the consumer is done
+        return batch
+
+    def close(self):
+        self.stop.set()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout=10)
+
+
+def _tensors(batch: HostBatch):
+    stack = [batch.images, batch.targets, batch.params.matrices if batch.params is not None else None]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+
+
+def _pin_and_move(batch: HostBatch, device) -> None:
+    """Targets to the GPU from pinned memory, asynchronously on the current (side) stream."""
+    def move(v):
+        if isinstance(v, torch.Tensor):
+            return v.pin_memory().to(device, non_blocking=True) if v.device.type == "cpu" else v
+        if isinstance(v, dict):
+            return {k: move(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [move(x) for x in v]
+        return v
+    batch.targets = move(batch.targets)

@@ -1,0 +1,174 @@
+"""What the CPU side of the loader does with a batch of dataset items (in DataLoader workers when
+there are any): read the bytes, find each image's size in its header, draw the augmentation, move the
+targets with it, and collate them. Only bytes, small arrays and the matrices travel to the GPU side."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from ..augment import transform_boxes, transform_keypoints, transform_landmarks
+from ..io import read_file
+from ..io._buffers import jpeg_size
+from .._library import _C
+
+# Dict keys that move with the image (everything else is collated as it is).
+BOX_KEYS = ("boxes",)
+PER_BOX_KEYS = ("labels",)
+POINT_KEYS = ("keypoints",)
+LANDMARK_KEYS = ("landmarks",)
+
+
+@dataclass
+class HostBatch:
+    indices: List[int]                       # dataset index of each sample
+    encoded: List[Any]                       # bytes per sample, or None when decoded / bad
+    decoded: List[Optional[torch.Tensor]]    # uint8 HWC tensor per sample given decoded
+    errors: List[str]                        # '' or why the sample is bad
+    kind: str                                # "dict", "tuple" or "image": the items' structure
+    targets: Any = None                      # collated, batch-major (tensors with B rows or lists of B)
+    params: Any = None                       # orbbec.augment.Params or None
+    images: Optional[torch.Tensor] = None    # filled on the CPU path
+    extra: dict = field(default_factory=dict)
+
+
+def _split(item):
+    if isinstance(item, dict):
+        if "image" not in item:
+            raise KeyError("GPULoader: a dataset item that is a dict needs an 'image' key")
+        return item["image"], {k: v for k, v in item.items() if k != "image"}, "dict"
+    if isinstance(item, tuple) and item and not isinstance(item, (bytes, bytearray)):
+        return item[0], list(item[1:]), "tuple"
+    return item, None, "image"
+
+
+def _image_source(image, index):
+    """(encoded bytes, decoded tensor, (h, w), error) of a dataset item's image."""
+    if isinstance(image, (str, os.PathLike)):
+        try:
+            image = read_file(image)
+        except OSError as e:
+            return None, None, (1, 1), f"cannot read {image!r}: {e.strerror or e}"
+    if isinstance(image, (torch.Tensor, np.ndarray)) and image.ndim == 3:
+        t = torch.as_tensor(image)
+        if t.dtype != torch.uint8:
+            return None, None, (1, 1), f"a decoded image must be uint8 HWC, got {t.dtype}"
+        return None, t, (int(t.shape[0]), int(t.shape[1])), ""
+    if isinstance(image, torch.Tensor):
+        image = image.numpy()
+    if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
+        return None, None, (1, 1), f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}"
+    size = jpeg_size(image)
+    if size is None:
+        problem = _C.jpeg_buffer_problem(np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image)
+        return None, None, (1, 1), problem or "no JPEG frame header (SOF) found"
+    return image, None, size, ""
+
+
+def _flipped(sample: dict) -> bool:
+    return bool(sample.get("RandomHorizontalFlip.hflip", False))
+
+
+def _move_targets(target: dict, M, size, flipped, box_min_visible, flip_pairs) -> dict:
+    out = dict(target)
+    for k in BOX_KEYS:
+        if k in target:
+            boxes, kept = transform_boxes(torch.as_tensor(target[k], dtype=torch.float32), M, size, box_min_visible)
+            out[k] = boxes
+            for pk in PER_BOX_KEYS:
+                if pk in target:
+                    out[pk] = torch.as_tensor(target[pk])[kept]
+    for k in POINT_KEYS:
+        if k in target:
+            pts = torch.as_tensor(target[k], dtype=torch.float32)
+            xy, inside = transform_keypoints(pts[..., :2], M, size, flipped, flip_pairs)
+            vis = inside if pts.shape[-1] < 3 else inside & (pts[..., 2] > 0)
+            out[k] = torch.cat([xy, vis.unsqueeze(-1).to(xy.dtype)], dim=-1)
+    for k in LANDMARK_KEYS:
+        if k in target:
+            lm, _ = transform_landmarks(torch.as_tensor(target[k], dtype=torch.float32), M, size, flipped)
+            out[k] = lm
+    return out
+
+
+def _pad(tensors: List[torch.Tensor], fill) -> tuple:
+    """Ragged [N_i, ...] -> ([B, max N, ...] padded with `fill`, counts [B])."""
+    counts = torch.tensor([t.shape[0] for t in tensors], dtype=torch.int64)
+    n = int(counts.max()) if len(tensors) else 0
+    ref = max(tensors, key=lambda t: t.dim()) if tensors else torch.zeros(0)
+    shape = (len(tensors), n) + tuple(ref.shape[1:])
+    out = torch.full(shape, fill, dtype=ref.dtype)
+    for i, t in enumerate(tensors):
+        if t.shape[0]:
+            out[i, :t.shape[0]] = t.reshape((t.shape[0],) + tuple(ref.shape[1:]))
+    return out, counts
+
+
+def collate_dicts(targets: List[dict], ragged: str) -> dict:
+    """Boxes (and their labels) padded with per-sample counts ("num_boxes"), or lists when
+    ragged="list"; everything else stacked when it can be, else kept as a list."""
+    out = {}
+    for k in targets[0]:
+        values = [t[k] for t in targets]
+        if k in BOX_KEYS + PER_BOX_KEYS and ragged == "padded":
+            out[k], counts = _pad([torch.as_tensor(v) for v in values], -1 if k in PER_BOX_KEYS else 0)
+            if k in BOX_KEYS:
+                out["num_" + k] = counts
+        elif k in BOX_KEYS + PER_BOX_KEYS:
+            out[k] = [torch.as_tensor(v) for v in values]
+        else:
+            try:
+                out[k] = default_collate(values)
+            except (RuntimeError, TypeError, ValueError):
+                out[k] = values
+    return out
+
+
+def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, box_min_visible: float,
+            flip_pairs, ragged: str) -> HostBatch:
+    items = [dataset[i] for i in indices]
+    split = [_split(it) for it in items]
+    kinds = {k for _, _, k in split}
+    if len(kinds) > 1:
+        raise TypeError(f"GPULoader: the items of one batch differ in structure ({sorted(kinds)})")
+    kind = kinds.pop()
+    sources = [_image_source(img, i) for (img, _, _), i in zip(split, indices)]
+    batch = HostBatch(indices=list(indices), encoded=[s[0] for s in sources], decoded=[s[1] for s in sources],
+                      errors=[s[3] for s in sources], kind=kind)
+    targets = [t for _, t, _ in split]
+    if transform is not None:
+        batch.params = transform.draw([s[2] for s in sources], indices, epoch=epoch, seed=seed,
+                                      targets=targets if kind == "dict" else None)
+    if kind == "dict":
+        if batch.params is not None:
+            M, size = batch.params.matrices, batch.params.size
+            targets = [_move_targets(t, M[b], size, _flipped(batch.params.samples[b]), box_min_visible, flip_pairs)
+                       for b, t in enumerate(targets)]
+        batch.targets = collate_dicts(targets, ragged)
+    elif kind == "tuple":
+        batch.targets = [_collate_column([t[j] for t in targets]) for j in range(len(targets[0]))]
+    return batch
+
+
+def _collate_column(values):
+    try:
+        return default_collate(values)
+    except (RuntimeError, TypeError, ValueError):
+        return values
+
+
+def select_rows(batch: HostBatch, rows: List[int]):
+    """The collated targets of the samples `rows` (those that decoded)."""
+    def column(v):
+        if isinstance(v, torch.Tensor):
+            return v.index_select(0, torch.tensor(rows, dtype=torch.long)) if v.dim() else v
+        return [v[r] for r in rows]
+    if batch.kind == "dict":
+        return {k: column(v) for k, v in batch.targets.items()}
+    if batch.kind == "tuple":
+        return [column(c) for c in batch.targets]
+    return None

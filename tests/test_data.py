@@ -1,0 +1,233 @@
+"""orbbec.data.GPULoader: batches that depend on (seed, epoch, index) only (0/2/4 workers, world size
+1 and 2), resume mid-epoch, corrupt files, targets that follow the image, decoded inputs; on the CPU
+path (CI) and the GPU path."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import DEVICES, HAS_CUDA
+from jpeg_files import encode, photo
+
+import orbbec.augment as A
+from orbbec.data import GPULoader
+from orbbec.io import JpegDecodeError
+
+SIZES = [(120, 160), (150, 150), (96, 200), (180, 140)]
+
+
+class JpegDataset(torch.utils.data.Dataset):
+    """Real photographs as JPEG bytes, a label and (per sample a different number of) boxes; `bad`
+    indices hold a truncated file."""
+
+    def __init__(self, n=22, bad=()):
+        self.n, self.bad = n, set(bad)
+        self.jpegs = [encode(photo(i, SIZES[i % 4]), quality=92) for i in range(n)]
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        h, w = SIZES[i % 4]
+        boxes = np.array([[5, 6, w // 2, h // 2], [w // 3, h // 4, w - 4, h - 3], [1, 1, 9, 9]], np.float32)[: 1 + i % 3]
+        data = self.jpegs[i][: len(self.jpegs[i]) // 2] if i in self.bad else self.jpegs[i]
+        return {"image": data, "boxes": boxes, "labels": np.arange(len(boxes)) + 10, "label": i}
+
+
+def _transform(colour=True):
+    ts = [A.RandomResizedCrop(48, scale=(0.3, 1.0)), A.RandomHorizontalFlip()]
+    if colour:
+        ts.append(A.ColorJitter(0.3, 0.3, 0.3, 0.05))
+    return A.Compose(ts + [A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
+
+
+def _by_index(loader):
+    """{dataset index (the 'label'): (image, boxes) of that sample} over one epoch."""
+    out = {}
+    for b in loader:
+        for k, label in enumerate(b["label"].tolist()):
+            out[label] = (b["image"][k].cpu(), b["boxes"][k, : int(b["num_boxes"][k])].cpu())
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_same_seed_same_batches_whatever_the_workers(device):
+    ds = JpegDataset()
+    runs = [_by_index(GPULoader(ds, 5, transform=_transform(), shuffle=True, num_workers=w, seed=7, device=device))
+            for w in (0, 2, 4)]
+    assert sorted(runs[0]) == list(range(len(ds)))
+    for other in runs[1:]:
+        for i in runs[0]:
+            assert torch.equal(runs[0][i][0], other[i][0]) and torch.equal(runs[0][i][1], other[i][1])
+    # another seed or another epoch: other parameters
+    other_seed = _by_index(GPULoader(ds, 5, transform=_transform(), seed=8, device=device))
+    assert sum(not torch.equal(runs[0][i][0], other_seed[i][0]) for i in runs[0]) > len(ds) // 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batches_are_the_shuffled_order_and_epochs_differ(device):
+    ds = JpegDataset(12)
+    ld = GPULoader(ds, 4, transform=_transform(False), shuffle=True, seed=3, device=device)
+    first = [b["label"].tolist() for b in ld]
+    second = [b["label"].tolist() for b in ld]  # the loader moved to epoch 1 by itself
+    g = torch.Generator()
+    g.manual_seed(3)
+    order = torch.randperm(12, generator=g).tolist()
+    assert sum(first, []) == order and sorted(sum(second, [])) == list(range(12)) and first != second
+    assert ld.epoch == 2 and len(ld) == 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_resume_mid_epoch_gives_the_rest_of_the_epoch(device):
+    ds = JpegDataset(20)
+    make = lambda: GPULoader(ds, 3, transform=_transform(), shuffle=True, seed=5, device=device, num_workers=2)
+    full = [b for b in make()]
+    ld = make()
+    it = iter(ld)
+    head = [next(it) for _ in range(3)]
+    state = ld.state_dict()
+    del it
+    resumed = make()
+    resumed.load_state_dict(state)
+    tail = list(resumed)
+    assert state == {"epoch": 0, "batches_served": 3, "seed": 5}
+    assert len(head) + len(tail) == len(full)
+    for a, b in zip(head + tail, full):
+        assert torch.equal(a["label"], b["label"]) and torch.equal(a["image"], b["image"])
+    assert resumed.epoch == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_corrupt_jpeg_raises_naming_the_sample_or_is_skipped(device):
+    good = _by_index(GPULoader(JpegDataset(), 6, transform=_transform(), seed=2, device=device))
+    with pytest.raises(JpegDecodeError, match="sample 9"):
+        list(GPULoader(JpegDataset(bad=[9]), 6, transform=_transform(), seed=2, device=device))
+    ld = GPULoader(JpegDataset(bad=[9, 13]), 6, transform=_transform(), seed=2, device=device, on_error="skip")
+    kept = _by_index(ld)
+    assert sorted(ld.skipped) == [9, 13] and sorted(kept) == sorted(set(good) - {9, 13})
+    for i in kept:  # the other samples of those batches are untouched
+        assert torch.equal(kept[i][0], good[i][0]) and torch.equal(kept[i][1], good[i][1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_boxes_follow_the_image(device):
+    """Bright squares painted into a photograph at the boxes; after a random affine and flip, each
+    kept box of the batch encloses its square again."""
+    class Squares(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            img = (photo(i, (200, 240)) // 3).copy()
+            boxes = np.array([[40, 50, 80, 90], [150, 100, 190, 150]], np.float32)
+            for x0, y0, x1, y1 in boxes.astype(int):
+                img[y0:y1, x0:x1] = 255
+            return {"image": encode(img, quality=95), "boxes": boxes, "label": i}
+
+    tf = A.Compose([A.RandomAffine(25, (0.1, 0.1), (0.8, 1.1)), A.RandomHorizontalFlip(), A.Resize((200, 240))])
+    for b in GPULoader(Squares(), 4, transform=tf, seed=1, device=device):
+        img = b["image"].float().mean(1).cpu()  # uint8 NCHW out (no Normalize)
+        for k in range(img.shape[0]):
+            bright = img[k] > 200
+            for box in b["boxes"][k, : int(b["num_boxes"][k])].cpu():
+                x0, y0, x1, y1 = box.tolist()
+                inside = bright[int(y0):int(np.ceil(y1)), int(x0):int(np.ceil(x1))].sum()
+                # the rotated square fills at least half of its enclosing box and nothing bright leaks out
+                assert inside >= 0.5 * (x1 - x0) * (y1 - y0) - 2 * (x1 - x0 + y1 - y0)
+            mask = torch.zeros_like(bright)
+            for box in b["boxes"][k, : int(b["num_boxes"][k])].cpu():
+                x0, y0, x1, y1 = box.tolist()
+                mask[max(int(y0) - 1, 0):int(np.ceil(y1)) + 1, max(int(x0) - 1, 0):int(np.ceil(x1)) + 1] = True
+            assert (bright & ~mask).sum() <= 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decoded_images_and_tuples_are_accepted(device):
+    imgs = [torch.from_numpy(photo(i, SIZES[i % 4])[:, :, ::-1].copy()) for i in range(6)]
+    ds = [(img, i) for i, img in enumerate(imgs)]
+    tf = A.Compose([A.CenterCrop(64)])
+    out, labels = next(iter(GPULoader(ds, 6, transform=tf, device=device)))
+    assert labels.tolist() == list(range(6)) and out.shape == (6, 3, 64, 64) and out.dtype == torch.uint8
+    h, w = SIZES[1]
+    top, left = int(round((h - 64) / 2)), int(round((w - 64) / 2))
+    assert torch.equal(out[1].cpu().permute(1, 2, 0), imgs[1][top:top + 64, left:left + 64])
+    # without a transform: the decoded images as a list
+    plain = next(iter(GPULoader([encode(photo(0, (50, 70)))] * 3, 3, device=device)))
+    assert isinstance(plain, list) and len(plain) == 3 and plain[0].shape == (50, 70, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_face_alignment_matches_align_faces_and_a_bad_face_keeps_the_others(device):
+    from orbbec.io import decode_jpeg
+    from orbbec.warpaffine import align_faces, arcface_template
+
+    rng = np.random.default_rng(0)
+    items = []
+    for i in range(6):
+        ang, s = rng.uniform(-0.3, 0.3), rng.uniform(1.2, 1.6)
+        R = s * np.array([[np.cos(ang), -np.sin(ang)], [np.sin(ang), np.cos(ang)]])
+        lm = arcface_template(112).numpy() @ R.T + rng.uniform(20, 60, 2)
+        items.append({"image": encode(photo(i, (250, 250)), quality=95), "landmarks": lm.astype(np.float32)})
+    items[2]["landmarks"] = np.full((5, 2), np.nan, np.float32)
+    tf = A.Compose([A.AlignFaces(112)])
+    b = next(iter(GPULoader(items, 6, transform=tf, device=device, return_params=True)))
+    assert [s["AlignFaces.valid"] for s in b["params"].samples] == [True, True, False, True, True, True]
+    for k in (0, 1, 3, 4, 5):
+        img = decode_jpeg(items[k]["image"], device=device).permute(2, 0, 1)[None]
+        ref = align_faces(img, torch.from_numpy(items[k]["landmarks"]).double()[None].to(device), 112)
+        assert torch.equal(b["image"][k].to(device), ref[0])
+        # the landmarks land on the template
+        assert torch.allclose(b["landmarks"][k].double().cpu(), arcface_template(112), atol=1e-3)
+
+
+_RANK_SCRIPT = textwrap.dedent("""
+    import os, sys, torch, torch.distributed as dist
+    sys.path[:0] = [{tests!r}, {root!r}]
+    import test_data as T
+    from orbbec.data import GPULoader
+    dist.init_process_group("gloo")
+    ld = GPULoader(T.JpegDataset(), 4, transform=T._transform(), shuffle=True, seed=9, device="cpu", num_workers=1)
+    seen = T._by_index(ld)
+    torch.save({{"rank": dist.get_rank(), "seen": seen}}, os.environ["OUT"])
+    dist.destroy_process_group()
+""")
+
+
+def test_two_processes_shard_the_dataset_and_draw_the_same_parameters(tmp_path):
+    """World size 2 (gloo, CPU): disjoint shards as DistributedSampler makes them, covering the
+    dataset, and each sample identical to a world-size-1 run."""
+    script = tmp_path / "rank.py"
+    here = os.path.dirname(os.path.abspath(__file__))
+    script.write_text(_RANK_SCRIPT.format(tests=here, root=os.path.dirname(here)))
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(29500 + os.getpid() % 1000), OUT=str(tmp_path / f"r{rank}.pt"))
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=env))
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    shards = [torch.load(tmp_path / f"r{r}.pt")["seen"] for r in range(2)]
+    ds = JpegDataset()
+    sampler_shards = [set(torch.utils.data.DistributedSampler(ds, 2, r, shuffle=True, seed=9)) for r in range(2)]
+    assert [set(s) for s in shards] == sampler_shards  # 22 samples: 11 per rank, disjoint
+    assert not set(shards[0]) & set(shards[1]) and set(shards[0]) | set(shards[1]) == set(range(len(ds)))
+    single = _by_index(GPULoader(ds, 4, transform=_transform(), shuffle=True, seed=9, device="cpu",
+                                 rank=0, world_size=1))
+    for shard in shards:
+        for i, (img, boxes) in shard.items():
+            assert torch.equal(img, single[i][0]) and torch.equal(boxes, single[i][1])
+
+
+def test_arguments_are_checked():
+    ds = JpegDataset(4)
+    with pytest.raises(ValueError, match="batch_size"):
+        GPULoader(ds, 0)
+    with pytest.raises(ValueError, match="on_error"):
+        GPULoader(ds, 2, on_error="ignore")
+    with pytest.raises(ValueError, match="rank"):
+        GPULoader(ds, 2, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="exclusive"):
+        GPULoader(ds, 2, shuffle=True, sampler=range(4))
