@@ -51,7 +51,48 @@ def forward_matrices(batch: int, in_hws, out_hw, seed: int = 0) -> np.ndarray:
 JPEG_SETS = {
     "jpeg-1080p": (1920, 1080, 64, 128),
     "jpeg-500x375": (500, 375, 128, 1024),
+    "jpeg-250": (250, 250, 256, 1024),
+    "jpeg-640": (640, 640, 64, 256),
 }
+
+# Pipeline workloads: name -> (JPEG set, batch, what the transform is). tools/benchmark_pipeline.py
+# builds the same transform for every pipeline it compares.
+PIPELINE_WORKLOADS = {
+    "cls-1080p": ("jpeg-1080p", 64, "RandomResizedCrop(224) + RandomHorizontalFlip + Normalize"),
+    "cls-500x375": ("jpeg-500x375", 128, "RandomResizedCrop(224) + RandomHorizontalFlip + Normalize"),
+    "face": ("jpeg-250", 256, "AlignFaces(112) on 5 landmarks + RandomHorizontalFlip + Normalize"),
+    "det": ("jpeg-640", 64, "RandomAffine(10, (0.1, 0.1), (0.75, 1.25)) + RandomHorizontalFlip + Normalize, "
+                             "640 x 640, boxes"),
+}
+
+
+def face_landmarks(count: int, size: int = 250) -> np.ndarray:
+    """[count, 5, 2] landmarks as a face detector would give them on size x size crops: the 112 x 112
+    ArcFace template scaled by uniform(1.3, 1.7), rotated by uniform(-20, 20) degrees about its centre,
+    centred at size/2 + uniform(-10, 10) (numpy.random.default_rng(6))."""
+    template = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
+                         [41.5493, 92.3655], [70.7299, 92.2041]])
+    rng = np.random.default_rng(6)
+    out = []
+    for _ in range(count):
+        s, a = rng.uniform(1.3, 1.7), np.radians(rng.uniform(-20, 20))
+        R = s * np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+        c = size / 2 + rng.uniform(-10, 10, 2)
+        out.append((template - template.mean(0)) @ R.T + c)
+    return np.stack(out).astype(np.float32)
+
+
+def det_boxes(count: int, size: int = 640) -> list:
+    """Per image 1 to 20 boxes [N, 4] xyxy: top-left uniform in the image, sides uniform in [16, 256)
+    clipped to it (numpy.random.default_rng(7))."""
+    rng = np.random.default_rng(7)
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(1, 21))
+        xy = rng.uniform(0, size - 16, (n, 2))
+        wh = rng.uniform(16, 256, (n, 2))
+        out.append(np.concatenate([xy, np.minimum(xy + wh, size)], 1).astype(np.float32))
+    return out
 
 
 def jpeg_set(name: str, images: int | None = None, sampling: str = "420") -> list:

@@ -1,0 +1,422 @@
+"""The training input pipeline end to end, JPEG bytes in memory -> normalised float NCHW batch on the
+GPU, images/s, orbbec.data.GPULoader beside its peers in one run on one GPU.
+
+Workloads (tools/workloads.py PIPELINE_WORKLOADS, docs/workloads.md): cls-1080p, cls-500x375
+(RandomResizedCrop 224 + flip + normalise), face (250 x 250 -> 112 x 112 aligned on 5 landmarks + flip
++ normalise), det (640 x 640 random affine + flip + normalise, boxes follow). Every pipeline draws
+per-sample parameters and yields batches on the GPU; the clock runs `--seconds` after a warm-up and
+stops after a device synchronise.
+
+Pipelines, each in its own process (its own CPU time and GPU memory):
+- orbbec: GPULoader (workers read bytes and draw parameters; nvJPEG decode + one warp with fused
+  normalise on a side stream, prefetched).
+- orbbec decode only: orbbec.io.decode_jpeg back to back on the same batches (the ceiling).
+- DALI: external source of bytes; classification with decoders.image_random_crop (mixed) + resize +
+  crop_mirror_normalize; face and det with decoders.image (mixed) + warp_affine on per-sample matrices
+  (the same draws as orbbec's, made in the source callback) + crop_mirror_normalize; det boxes through
+  coord_transform on the GPU. hw_decoder_load 0.65 (its default) and 1.0; DALIGenericIterator.
+- torchvision: decode_jpeg(list, device="cuda") + v2 transforms per image on the GPU (per-sample
+  randomness), stacked and normalised; face through affine_grid + grid_sample on the same matrices.
+- CPU DataLoader: one worker per core, cv2.imdecode + cv2.warpAffine (same matrices) + normalise,
+  pin_memory, copied to the GPU.
+
+Columns: images/s; host cores busy (CPU time of the process and its workers / wall time); GPU memory
+(device-wide memory in use at the end minus before the pipeline was built).
+
+    python tools/benchmark_pipeline.py [--seconds 4] [--workloads cls-500x375,...] [--md docs/benchmark_pipeline.md]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+PIPELINES = ["orbbec", "orbbec decode only", "DALI", "torchvision", "CPU DataLoader"]
+
+
+# ---------------------------------------------------------------- data and transforms (shared)
+def build_data(workload):
+    from workloads import PIPELINE_WORKLOADS, det_boxes, face_landmarks, jpeg_set
+
+    set_name, batch, _ = PIPELINE_WORKLOADS[workload]
+    files = jpeg_set(set_name)
+    items = []
+    lms = face_landmarks(len(files)) if workload == "face" else None
+    boxes = det_boxes(len(files)) if workload == "det" else None
+    for i, f in enumerate(files):
+        item = {"image": f, "label": i}
+        if lms is not None:
+            item["landmarks"] = lms[i]
+        if boxes is not None:
+            item["boxes"] = boxes[i]
+        items.append(item)
+    return items, batch
+
+
+def orbbec_transform(workload, normalize=True):
+    import orbbec.augment as A
+
+    if workload.startswith("cls"):
+        ts = [A.RandomResizedCrop(224), A.RandomHorizontalFlip()]
+    elif workload == "face":
+        ts = [A.AlignFaces(112), A.RandomHorizontalFlip()]
+    else:
+        ts = [A.RandomAffine(10, (0.1, 0.1), (0.75, 1.25)), A.RandomHorizontalFlip()]
+    return A.Compose(ts + ([A.Normalize(MEAN, STD)] if normalize else []))
+
+
+def draws(items, indices, workload, seed=0):
+    """orbbec's per-sample parameters for items (matrices [B, 2, 3], output (h, w)), drawn on the CPU."""
+    from orbbec.io._buffers import jpeg_size
+
+    tf = orbbec_transform(workload, normalize=False)
+    sizes = [jpeg_size(items[i]["image"]) for i in indices]
+    p = tf.draw(sizes, list(indices), seed=seed, targets=[items[i] for i in indices])
+    return p
+
+
+# ---------------------------------------------------------------- measuring
+def _cpu_seconds():
+    """CPU time of this process, its finished children and its live descendants."""
+    tck = os.sysconf("SC_CLK_TCK")
+
+    def stat(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+        fields = s[s.rindex(")") + 2:].split()
+        return int(fields[1]), [int(x) for x in fields[11:15]]  # ppid, utime stime cutime cstime
+
+    procs = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                procs[int(pid)] = stat(pid)
+            except (OSError, ValueError, IndexError):
+                pass
+    me = os.getpid()
+    total, stack = sum(procs[me][1]), [me]
+    while stack:
+        parent = stack.pop()
+        for pid, (ppid, t) in procs.items():
+            if ppid == parent:
+                total += sum(t)
+                stack.append(pid)
+    return total / tck
+
+
+def measure(step, seconds, warmup=4):
+    """images/s and host cores busy of `step()` (returns the images of one batch) run back to back."""
+    import torch
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    n, t0, c0 = 0, time.perf_counter(), _cpu_seconds()
+    while time.perf_counter() - t0 < seconds:
+        n += step()
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    return n / wall, (_cpu_seconds() - c0) / wall
+
+
+def forever(make_iter):
+    while True:
+        yield from make_iter()
+
+
+# ---------------------------------------------------------------- the pipelines
+def run_orbbec(workload, items, batch, seconds, workers):
+    from orbbec.data import GPULoader
+
+    loader = GPULoader(items, batch, transform=orbbec_transform(workload), shuffle=True, num_workers=workers,
+                       prefetch=4, drop_last=True, seed=0)
+    it = forever(lambda: iter(loader))
+
+    def step():
+        b = next(it)
+        return b["image"].shape[0]
+    return measure(step, seconds)
+
+
+def run_decode_only(workload, items, batch, seconds, workers):
+    from orbbec.io import decode_jpeg
+
+    files = [it["image"] for it in items]
+    batches = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
+    state = {"i": 0}
+
+    def step():
+        b = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        decode_jpeg(b, device="cuda")
+        return len(b)
+    return measure(step, seconds)
+
+
+def _dali_matrix(m):
+    """cv2's pixel-centre convention -> DALI's (pixel centres at +0.5)."""
+    a, t = m[:, :2], m[:, 2]
+    return np.concatenate([a, (t + 0.5 - a @ np.array([0.5, 0.5]))[:, None]], 1).astype(np.float32)
+
+
+def run_dali(workload, items, batch, seconds, workers, hw_load=0.65):
+    import nvidia.dali.fn as fn
+    import nvidia.dali.types as types
+    from nvidia.dali import pipeline_def
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    files = [np.frombuffer(it["image"], np.uint8) for it in items]
+    n_batches = len(files) // batch
+    state = {"i": 0}
+    mean, std = [255 * m for m in MEAN], [255 * s for s in STD]
+
+    def source():
+        k = state["i"] % n_batches
+        state["i"] += 1
+        idx = list(range(k * batch, (k + 1) * batch))
+        jpegs = [files[i] for i in idx]
+        if workload.startswith("cls"):
+            return (jpegs,)
+        p = draws(items, idx, workload, seed=state["i"])
+        mats = [_dali_matrix(m) for m in p.matrices.numpy()]
+        if workload == "face":
+            return jpegs, mats
+        corners = []
+        for i in idx:
+            b = items[i]["boxes"]
+            corners.append(np.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [0, 3]], b[:, [2, 3]]], 1).reshape(-1, 2))
+        return jpegs, mats, corners
+
+    outputs = {"cls": 1, "face": 2, "det": 3}[workload.split("-")[0]]
+
+    @pipeline_def(batch_size=batch, num_threads=os.cpu_count(), device_id=0, prefetch_queue_depth=3)
+    def pipe():
+        srcs = fn.external_source(source=source, num_outputs=outputs, batch=True)
+        jpegs = srcs[0]
+        if workload.startswith("cls"):
+            imgs = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB,
+                                                 random_area=[0.08, 1.0], random_aspect_ratio=[0.75, 4 / 3],
+                                                 hw_decoder_load=hw_load)
+            imgs = fn.resize(imgs, resize_x=224, resize_y=224, interp_type=types.INTERP_LINEAR)
+            return fn.crop_mirror_normalize(imgs, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std,
+                                            mirror=fn.random.coin_flip())
+        imgs = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load)
+        size = [112, 112] if workload == "face" else [640, 640]
+        imgs = fn.warp_affine(imgs, matrix=srcs[1], size=size, inverse_map=False, fill_value=0,
+                              interp_type=types.INTERP_LINEAR)
+        out = fn.crop_mirror_normalize(imgs, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std)
+        if workload == "face":
+            return out
+        pts = fn.coord_transform(srcs[2].gpu(), MT=srcs[1])
+        pts = fn.reshape(pts, shape=[-1, 4, 2])
+        lo = fn.math.clamp(fn.reductions.min(pts, axes=1), 0, 640)
+        hi = fn.math.clamp(fn.reductions.max(pts, axes=1), 0, 640)
+        return out, fn.cat(lo, hi, axis=1)
+
+    p = pipe()
+    p.build()
+    names = ["image"] if workload != "det" else ["image", "boxes"]
+    it = DALIGenericIterator([p], names, size=-1)
+
+    def step():
+        out = next(it)
+        return out[0]["image"].shape[0]
+    return measure(step, seconds)
+
+
+def run_torchvision(workload, items, batch, seconds, workers):
+    import torch
+    import torch.nn.functional as F
+    from torchvision import tv_tensors
+    from torchvision.io import decode_jpeg
+    from torchvision.transforms import v2
+
+    files = [torch.frombuffer(bytearray(it["image"]), dtype=torch.uint8) for it in items]
+    n_batches = len(files) // batch
+    state = {"i": 0}
+    mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1)
+    std = torch.tensor(STD, device="cuda").view(1, 3, 1, 1)
+    if workload.startswith("cls"):
+        per_image = v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()])
+    elif workload == "det":
+        per_image = v2.Compose([v2.RandomAffine(10, (0.1, 0.1), (0.75, 1.25)), v2.RandomHorizontalFlip()])
+
+    def step():
+        k = state["i"] % n_batches
+        state["i"] += 1
+        idx = range(k * batch, (k + 1) * batch)
+        imgs = decode_jpeg([files[i] for i in idx], device="cuda")
+        if workload == "face":
+            p = draws(items, list(idx), workload, seed=state["i"])
+            x = torch.stack(imgs).float()  # 250 x 250 each
+            theta = _normalised_inverse(p.matrices, 250, 250, 112, 112).to("cuda", torch.float32)
+            grid = F.affine_grid(theta, [batch, 3, 112, 112], align_corners=False)
+            x = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False) / 255
+        elif workload == "det":
+            out = []
+            for i, img in zip(idx, imgs):
+                boxes = tv_tensors.BoundingBoxes(torch.from_numpy(items[i]["boxes"]).cuda(), format="XYXY",
+                                                 canvas_size=(640, 640))
+                out.append(per_image(img, boxes)[0])
+            x = torch.stack(out).float() / 255
+        else:
+            x = torch.stack([per_image(img) for img in imgs]).float() / 255
+        x = (x - mean) / std
+        return x.shape[0]
+    return measure(step, seconds)
+
+
+def _normalised_inverse(M, in_h, in_w, out_h, out_w):
+    """affine_grid's theta (output -> input in [-1, 1] coordinates, align_corners=False) from forward
+    pixel-centre matrices [B, 2, 3]."""
+    import torch
+
+    B = M.shape[0]
+    full = torch.cat([M, torch.tensor([0.0, 0.0, 1.0], dtype=M.dtype).expand(B, 1, 3)], 1)
+    inv = torch.linalg.inv(full)
+
+    def to_norm(h, w):  # pixel centre -> normalised coordinate
+        return torch.tensor([[2 / w, 0, 1 / w - 1], [0, 2 / h, 1 / h - 1], [0, 0, 1]], dtype=M.dtype)
+    return (to_norm(in_h, in_w) @ inv @ torch.linalg.inv(to_norm(out_h, out_w)))[:, :2]
+
+
+class _Cv2Dataset:
+    """What a CPU DataLoader worker does: cv2 decode, warp by the same matrices, normalise."""
+
+    def __init__(self, items, workload):
+        self.items, self.workload = items, workload
+        self.size = {"face": (112, 112), "det": (640, 640)}.get(workload, (224, 224))
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        import cv2
+        import torch
+
+        cv2.setNumThreads(1)
+        p = draws(self.items, [i], self.workload)
+        img = cv2.imdecode(np.frombuffer(self.items[i]["image"], np.uint8), cv2.IMREAD_COLOR)
+        img = cv2.warpAffine(img, p.matrices[0].numpy(), (self.size[1], self.size[0]), flags=cv2.INTER_LINEAR)
+        x = (img[:, :, ::-1].astype(np.float32) / 255 - MEAN) / STD
+        return torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1), dtype=np.float32)), i
+
+
+def run_cpu_loader(workload, items, batch, seconds, workers):
+    import torch
+
+    ds = _Cv2Dataset(items, workload)
+    loader = torch.utils.data.DataLoader(ds, batch, shuffle=True, num_workers=os.cpu_count(), pin_memory=True,
+                                         drop_last=True, persistent_workers=True, prefetch_factor=4)
+    it = forever(lambda: iter(loader))
+
+    def step():
+        x, _ = next(it)
+        x = x.cuda(non_blocking=True)
+        return x.shape[0]
+    return measure(step, seconds)
+
+
+RUNNERS = {"orbbec": run_orbbec, "orbbec decode only": run_decode_only, "DALI": run_dali,
+           "torchvision": run_torchvision, "CPU DataLoader": run_cpu_loader}
+
+
+def run_one(args):
+    """In a child process: one pipeline on one workload; prints one JSON line."""
+    import torch
+
+    with open(args.data, "rb") as f:
+        items, batch = pickle.load(f)[args.workload]
+    torch.cuda.init()
+    free0 = torch.cuda.mem_get_info()[0]
+    kwargs = {"hw_load": args.hw_load} if args.run == "DALI" else {}
+    rate, cores = RUNNERS[args.run](args.workload, items, batch, args.seconds, args.workers, **kwargs)
+    used = (free0 - torch.cuda.mem_get_info()[0]) / 2**20
+    print("RESULT " + json.dumps({"rate": rate, "cores": cores, "gpu_mb": used}), flush=True)
+    os._exit(0)  # loaders' threads and workers need not be joined
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--workloads", default="cls-1080p,cls-500x375,face,det")
+    ap.add_argument("--pipelines", default=",".join(PIPELINES))
+    ap.add_argument("--workers", type=int, default=4, help="orbbec's DataLoader workers (reading bytes)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--md", default=None)
+    ap.add_argument("--run", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--workload", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--hw-load", type=float, default=0.65, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run:
+        return run_one(args)
+
+    import torch
+
+    import orbbec
+
+    env = (f"{torch.cuda.get_device_name()}, {os.cpu_count()} host cores, torch {torch.__version__}, "
+           f"CUDA {torch.version.cuda}, orbbec built with CUDA {orbbec.get_compiling_cuda_version()}")
+    print(env, flush=True)
+    workloads = args.workloads.split(",")
+    data_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_data.pkl")
+    with open(data_path, "wb") as f:
+        pickle.dump({w: build_data(w) for w in workloads}, f)
+    results = {"env": env, "seconds": args.seconds, "workloads": {}}
+    for w in workloads:
+        rows = {}
+        for name in args.pipelines.split(","):
+            variants = [("DALI, hw_decoder_load 0.65", 0.65), ("DALI, hw_decoder_load 1.0", 1.0)] \
+                if name == "DALI" else [(name, None)]
+            for label, load in variants:
+                cmd = [sys.executable, os.path.abspath(__file__), "--run", name, "--workload", w, "--data", data_path,
+                       "--seconds", str(args.seconds), "--workers", str(args.workers)]
+                if load is not None:
+                    cmd += ["--hw-load", str(load)]
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180 + 4 * args.seconds)
+                    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+                    rows[label] = json.loads(line[-1][7:]) if line else \
+                        {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+                except subprocess.TimeoutExpired:
+                    rows[label] = {"error": "timed out"}
+                r = rows[label]
+                print(f"{w:12s} {label:30s} " + (f"{r['rate']:9.0f} img/s  {r['cores']:5.1f} cores  "
+                                                 f"{r['gpu_mb']:7.0f} MB" if "rate" in r else r["error"]), flush=True)
+        results["workloads"][w] = rows
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if args.md:
+        write_markdown(results, args.md)
+
+
+def write_markdown(r, path):
+    lines = ["| workload | pipeline | images/s | x DALI (best) | host cores busy | GPU memory (MB) |",
+             "|---|---|---|---|---|---|"]
+    for w, rows in r["workloads"].items():
+        dali = max([v["rate"] for k, v in rows.items() if k.startswith("DALI") and "rate" in v] or [0])
+        for k, v in rows.items():
+            if "rate" not in v:
+                lines.append(f"| {w} | {k} | not run: {v['error']} | | | |")
+                continue
+            ratio = f"{v['rate'] / dali:.2f}" if dali else ""
+            lines.append(f"| {w} | {k} | {v['rate']:,.0f} | {ratio} | {v['cores']:.1f} | {v['gpu_mb']:,.0f} |")
+    with open(path, "w") as f:
+        f.write(f"{r['env']}; {r['seconds']} s per pipeline after a warm-up.\n\n" + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
