@@ -124,7 +124,8 @@ def _range(v, name, center=0.0):
 
 
 class RandomAffine:
-    """torchvision's RandomAffine parameters: rotation angle uniform in `degrees` (counter-clockwise),
+    """torchvision's RandomAffine parameters: rotation angle uniform in `degrees` (clockwise, as
+    torchvision's affine turns the image),
     translation uniform in +-translate * size (rounded to pixels), `scale` uniform, shear angles in
     degrees along x (and y when four numbers are given), about the image centre; the size is kept."""
 
@@ -147,9 +148,12 @@ class RandomAffine:
             ty = float(round(rng.uniform(-self.translate[1] * h, self.translate[1] * h)))
         s = rng.uniform(*self.scale) if self.scale is not None else 1.0
         shx, shy = rng.uniform(*self.shear[0]), rng.uniform(*self.shear[1])
+        # torchvision's affine: R(angle) S(scale) SHy(shear_y) SHx(shear_x) about the centre, the angle
+        # clockwise on the screen (y points down), then the translation.
         a, sx, sy = math.radians(angle), math.radians(shx), math.radians(shy)
-        rot = np.array([[math.cos(a), math.sin(a), 0], [-math.sin(a), math.cos(a), 0], [0, 0, 1]])
-        shear = np.array([[1, -math.tan(sx), 0], [-math.tan(sy), 1, 0], [0, 0, 1]])
+        rot = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
+        shear = np.array([[1, 0, 0], [-math.tan(sy), 1, 0], [0, 0, 1]]) @ \
+            np.array([[1, -math.tan(sx), 0], [0, 1, 0], [0, 0, 1]])
         cx, cy = (w - 1) / 2.0, (h - 1) / 2.0
         to_centre = np.array([[1.0, 0, -cx], [0, 1, -cy], [0, 0, 1]])
         back = np.array([[1.0, 0, cx + tx], [0, 1, cy + ty], [0, 0, 1]])

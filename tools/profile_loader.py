@@ -1,0 +1,190 @@
+"""Where a training step's input time goes, and what orbbec's loader changes.
+
+1. Stages: for the JPEGs of a dataset, the time per image of each stage of a CPU input pipeline
+   (read, decode with cv2, augment with cv2.warpAffine, normalise, collate, host-to-device copy), in
+   one process, and the images/s that N DataLoader workers could reach at best.
+2. Steps: the same training step (a torchvision model, AMP, SGD) fed three ways: by synthetic data
+   already on the GPU (the ceiling), by a torch DataLoader doing stage 1 in workers, and by
+   orbbec.data.GPULoader; images/s and GPU idle time per step (wall time of a step minus the GPU time
+   of its forward and backward, measured with CUDA events).
+
+    python tools/profile_loader.py [--data-dir IMAGEFOLDER] [--model resnet50] [--batch-size 256] [--workers 8]
+
+Without --data-dir the benchmark's ImageNet-like JPEG set (docs/workloads.md, jpeg-500x375) is used.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def items_of(data_dir):
+    from train_ddp import jpeg_items
+
+    return jpeg_items(data_dir)
+
+
+def _bytes(x):
+    from orbbec.io import read_file
+
+    return read_file(x) if isinstance(x, (str, os.PathLike)) else x
+
+
+class Cv2Dataset:
+    """A typical CPU pipeline: read, cv2 decode, RandomResizedCrop + flip as one warp, normalise."""
+
+    def __init__(self, items, transform):
+        self.items, self.transform = items, transform
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i, times=None):
+        import cv2
+        import torch
+
+        from orbbec.io._buffers import jpeg_size
+
+        cv2.setNumThreads(1)
+        t = [time.perf_counter()]
+        data = _bytes(self.items[i][0])
+        t.append(time.perf_counter())
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        t.append(time.perf_counter())
+        p = self.transform.draw([jpeg_size(data)], [i])
+        out = cv2.warpAffine(img, p.matrices[0].numpy(), (224, 224), flags=cv2.INTER_LINEAR)
+        t.append(time.perf_counter())
+        x = torch.from_numpy(np.ascontiguousarray(((out[:, :, ::-1] / np.float32(255) - MEAN) / STD).transpose(2, 0, 1)))
+        t.append(time.perf_counter())
+        if times is not None:
+            times.append(np.diff(t))
+        return x, self.items[i][1]
+
+
+def stages(items, transform, batch, workers):
+    import torch
+
+    ds = Cv2Dataset(items, transform)
+    times = []
+    n = min(len(items), 4 * batch)
+    samples = [ds.__getitem__(i, times) for i in range(n)]
+    per = np.mean(times, axis=0) * 1e3
+    t0 = time.perf_counter()
+    for k in range(0, n - batch + 1, batch):
+        torch.utils.data.default_collate(samples[k:k + batch])
+    collate = (time.perf_counter() - t0) / n * 1e3
+    x = torch.utils.data.default_collate(samples[:batch])[0].pin_memory()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        x.cuda(non_blocking=True)
+    torch.cuda.synchronize()
+    h2d = (time.perf_counter() - t0) / (5 * batch) * 1e3
+    rows = [("read", per[0]), ("decode (cv2)", per[1]), ("augment (cv2.warpAffine)", per[2]),
+            ("normalise", per[3]), ("collate", collate), ("host-to-device copy", h2d)]
+    total = sum(v for _, v in rows[:5])
+    print(f"\nStages, ms per image (one process; {n} images):")
+    for name, v in rows:
+        print(f"  {name:28s} {v:7.3f}  ({100 * v / (total + h2d):4.1f}%)")
+    print(f"  => {workers} workers reach at most {workers * 1e3 / total:,.0f} images/s; orbbec moves decode, augment, "
+          "normalise and the copy to the GPU, leaving read (and parameter drawing) to the workers.")
+
+
+def steps(args, items, transform):
+    import torch
+    import torchvision
+
+    from orbbec.data import GPULoader
+
+    dev = torch.device("cuda")
+    model = getattr(torchvision.models, args.model)().to(dev, memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler()
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def synthetic():
+        x = torch.randn(args.batch_size, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (args.batch_size,), device=dev)
+        while True:
+            yield x, y
+
+    def dataloader():
+        dl = torch.utils.data.DataLoader(Cv2Dataset(items, transform), args.batch_size, shuffle=True, drop_last=True,
+                                         num_workers=args.workers, pin_memory=True, persistent_workers=True,
+                                         prefetch_factor=4)
+        while True:
+            for x, y in dl:
+                yield x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+
+    def orbbec():
+        ld = GPULoader(items, args.batch_size, transform=transform, shuffle=True, drop_last=True,
+                       num_workers=args.orbbec_workers, prefetch=3)
+        while True:
+            for x, y in ld:
+                yield x, y.to(dev, non_blocking=True)
+
+    print(f"\nTraining steps: {args.model}, batch {args.batch_size}, AMP, channels_last")
+    for name, source in (("synthetic data on the GPU", synthetic), (f"DataLoader, {args.workers} workers", dataloader),
+                         (f"orbbec GPULoader, {args.orbbec_workers} workers", orbbec)):
+        it = source()
+        idle, n, t0 = [], 0, None
+        for k in range(args.warmup + args.steps):
+            if k == args.warmup:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            s = time.perf_counter()
+            x, y = next(it)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x.contiguous(memory_format=torch.channels_last)), y)
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            end.record()
+            end.synchronize()  # profiling only: a real loop would not wait here
+            if k >= args.warmup:
+                idle.append((time.perf_counter() - s) * 1e3 - start.elapsed_time(end))
+                n += x.shape[0]
+        rate = n / (time.perf_counter() - t0)
+        print(f"  {name:34s} {rate:8,.0f} images/s   GPU idle {np.mean(idle):6.1f} ms per step")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--orbbec-workers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--skip-stages", action="store_true")
+    ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)")
+    args = ap.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
+
+    import orbbec.augment as A
+
+    items = items_of(args.data_dir)
+    transform = A.Compose([A.RandomResizedCrop(224), A.RandomHorizontalFlip(),
+                           A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
+    if not args.skip_stages:
+        stages(items, transform, args.batch_size, args.workers)
+    steps(args, items, transform)
+
+
+if __name__ == "__main__":
+    main()
