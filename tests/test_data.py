@@ -231,3 +231,17 @@ def test_arguments_are_checked():
         GPULoader(ds, 2, rank=2, world_size=2)
     with pytest.raises(ValueError, match="exclusive"):
         GPULoader(ds, 2, shuffle=True, sampler=range(4))
+
+
+def test_packed_bytes_round_trip():
+    """Workers of the GPU path hand the encoded bytes over as one tensor: nothing lost or shifted."""
+    from orbbec.data._samples import prepare
+
+    ds = JpegDataset(7, bad=[2])
+    ds.jpegs[4] = b"not a jpeg"
+    batch = prepare(ds, list(range(7)), transform=_transform(), seed=0, epoch=0, box_min_visible=0.0,
+                    flip_pairs=None, ragged="padded")
+    before = [None if e is None else bytes(e) for e in batch.encoded]
+    batch.pack()
+    after = [None if e is None else e.tobytes() for e in batch.buffers()]
+    assert after == before and before[4] is None and before[0] == ds.jpegs[0]

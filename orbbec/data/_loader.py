@@ -35,6 +35,8 @@ class _Batches(torch.utils.data.Dataset):
                         box_min_visible=ld.box_min_visible, flip_pairs=ld.flip_pairs, ragged=ld.ragged)
         if ld.device.type == "cpu":
             ld._assemble(batch)  # the CPU path decodes and augments in the worker too
+        elif torch.utils.data.get_worker_info() is not None:
+            batch.pack()
         return batch
 
 
@@ -121,10 +123,11 @@ class GPULoader:
     def _assemble(self, batch: HostBatch) -> None:
         """Decodes and augments a batch on self.device (in the current stream); fills batch.images and
         leaves in batch.extra["rows"] the samples kept."""
-        pos = [i for i, e in enumerate(batch.encoded) if e is not None]
+        encoded = batch.buffers()
+        pos = [i for i, e in enumerate(encoded) if e is not None]
         images = list(batch.decoded)
         if pos:
-            decoded = decode_jpeg([batch.encoded[i] for i in pos], device=self.device, mode=self.mode, on_error="skip")
+            decoded = decode_jpeg([encoded[i] for i in pos], device=self.device, mode=self.mode, on_error="skip")
             for i, img in zip(pos, decoded):
                 images[i] = img
                 if img is None and not batch.errors[i]:

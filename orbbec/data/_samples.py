@@ -26,7 +26,7 @@ LANDMARK_KEYS = ("landmarks",)
 @dataclass
 class HostBatch:
     indices: List[int]                       # dataset index of each sample
-    encoded: List[Any]                       # bytes per sample, or None when decoded / bad
+    encoded: List[Any]                       # bytes per sample (None when decoded / bad); packed by pack()
     decoded: List[Optional[torch.Tensor]]    # uint8 HWC tensor per sample given decoded
     errors: List[str]                        # '' or why the sample is bad
     kind: str                                # "dict", "tuple" or "image": the items' structure
@@ -34,6 +34,31 @@ class HostBatch:
     params: Any = None                       # orbbec.augment.Params or None
     images: Optional[torch.Tensor] = None    # filled on the CPU path
     extra: dict = field(default_factory=dict)
+    packed: Optional[torch.Tensor] = None    # all encoded bytes in one uint8 tensor (see pack)
+    offsets: Optional[List[int]] = None
+
+    def pack(self) -> None:
+        """Moves the encoded bytes into one uint8 tensor: DataLoader workers hand tensors over through
+        shared memory, where bytes objects are pickled through a pipe (about 150 MB/s measured: the
+        loader ran at a tenth of the decoder's rate on 1080p JPEGs)."""
+        lengths = [0 if e is None else len(e) for e in self.encoded]
+        flat = np.empty(sum(lengths), np.uint8)
+        self.offsets, pos = [], 0
+        for e, n in zip(self.encoded, lengths):
+            if e is not None:
+                flat[pos:pos + n] = np.frombuffer(e, np.uint8) if not isinstance(e, np.ndarray) else e
+            self.offsets.append(pos)
+            pos += n
+        self.offsets.append(pos)
+        self.packed = torch.from_numpy(flat)
+        self.encoded = [e is not None for e in self.encoded]
+
+    def buffers(self) -> List[Any]:
+        """The encoded bytes per sample (None where there are none), as zero-copy views."""
+        if self.packed is None:
+            return self.encoded
+        flat = self.packed.numpy()
+        return [flat[self.offsets[i]:self.offsets[i + 1]] if has else None for i, has in enumerate(self.encoded)]
 
 
 def _split(item):
