@@ -61,7 +61,9 @@ def build_data(workload):
         if boxes is not None:
             item["boxes"] = boxes[i]
         items.append(item)
-    return items, batch
+    # Epochs as long as a real dataset's (at least 64 batches): the JPEG set repeated, each copy its
+    # own sample index (so its own parameters). Every pipeline reads the same list.
+    return items * max(1, -(-64 * batch // len(items))), batch
 
 
 def orbbec_transform(workload, normalize=True):
@@ -176,7 +178,7 @@ def run_dali(workload, items, batch, seconds, workers, hw_load=0.65):
     from nvidia.dali import pipeline_def
     from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-    files = [np.frombuffer(it["image"], np.uint8) for it in items]
+    files = [np.frombuffer(it["image"], np.uint8) for it in items]  # (the repeated list: views, no copies)
     n_batches = len(files) // batch
     state = {"i": 0}
     mean, std = [255 * m for m in MEAN], [255 * s for s in STD]

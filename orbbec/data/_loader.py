@@ -21,23 +21,36 @@ def _identity(x):
 
 
 class _Batches(torch.utils.data.Dataset):
-    """One epoch's batches, as a map-style dataset for torch's DataLoader (batch_size=None)."""
+    """Batches as a map-style dataset for torch's DataLoader (batch_size=None): the key is
+    (epoch, seed, dataset indices), so that one set of persistent workers serves every epoch (the
+    workers hold a copy of the loader made when they started: what changes later travels in the key)."""
 
-    def __init__(self, loader: "GPULoader", batches: List[List[int]], epoch: int):
-        self.loader, self.batches, self.epoch = loader, batches, epoch
+    def __init__(self, loader: "GPULoader"):
+        self.loader = loader
 
-    def __len__(self):
-        return len(self.batches)
-
-    def __getitem__(self, k):
+    def __getitem__(self, key):
         ld = self.loader
-        batch = prepare(ld.dataset, self.batches[k], transform=ld.transform, seed=ld.seed, epoch=self.epoch,
+        epoch, seed, indices = key
+        batch = prepare(ld.dataset, indices, transform=ld.transform, seed=seed, epoch=epoch,
                         box_min_visible=ld.box_min_visible, flip_pairs=ld.flip_pairs, ragged=ld.ragged)
         if ld.device.type == "cpu":
             ld._assemble(batch)  # the CPU path decodes and augments in the worker too
         elif torch.utils.data.get_worker_info() is not None:
             batch.pack()
         return batch
+
+
+class _EpochKeys(torch.utils.data.Sampler):
+    """The keys of the epoch being read; set before each pass."""
+
+    def __init__(self):
+        self.keys = []
+
+    def __iter__(self):
+        return iter(list(self.keys))
+
+    def __len__(self):
+        return len(self.keys)
 
 
 class GPULoader:
@@ -85,6 +98,12 @@ class GPULoader:
         self.epoch, self.batches_served, self.skipped = 0, 0, []
         self._resume = False  # the next __iter__ continues the epoch (after load_state_dict)
         self._stream = None
+        self._keys = _EpochKeys()
+        # Workers start once and serve every epoch: forking them per epoch cost more than a short
+        # epoch's decoding.
+        self._reader = torch.utils.data.DataLoader(
+            _Batches(self), batch_size=None, sampler=self._keys, num_workers=self.num_workers, collate_fn=_identity,
+            prefetch_factor=self.prefetch if self.num_workers else None, persistent_workers=self.num_workers > 0)
 
     # DataLoader / DistributedSampler interface -------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -112,11 +131,8 @@ class GPULoader:
         skip = self.batches_served if self._resume else 0
         self._resume, self.batches_served = False, skip
         batches = _order.batches_of(self._indices(), self.batch_size, self.drop_last, skip=skip)
-        source = _Batches(self, batches, self.epoch)
-        reader = torch.utils.data.DataLoader(source, batch_size=None, shuffle=False, num_workers=self.num_workers,
-                                             collate_fn=_identity,
-                                             prefetch_factor=self.prefetch if self.num_workers else None)
-        it = _CudaEpoch(self, reader) if self.device.type == "cuda" else iter(reader)
+        self._keys.keys = [(self.epoch, self.seed, b) for b in batches]
+        it = _CudaEpoch(self, self._reader) if self.device.type == "cuda" else iter(self._reader)
         return _Epoch(self, it)
 
     # turning a HostBatch into the output ---------------------------------------------------------
