@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Any, List, Optional
 
 import torch
 
@@ -20,21 +21,37 @@ def _identity(x):
     return x
 
 
+@dataclass
+class _Config:
+    """What the workers need of the loader. Kept apart from GPULoader so that the DataLoader does not
+    point back at it: a DataLoader with persistent workers freed by the cycle collector waits 5 s per
+    worker to shut down."""
+    dataset: Any
+    transform: Any
+    device: torch.device
+    mode: str
+    on_error: str
+    ragged: str
+    box_min_visible: float
+    flip_pairs: Any
+    border_value: Any
+
+
 class _Batches(torch.utils.data.Dataset):
     """Batches as a map-style dataset for torch's DataLoader (batch_size=None): the key is
     (epoch, seed, dataset indices), so that one set of persistent workers serves every epoch (the
-    workers hold a copy of the loader made when they started: what changes later travels in the key)."""
+    workers hold a copy of the configuration made when they started: what changes travels in the key)."""
 
-    def __init__(self, loader: "GPULoader"):
-        self.loader = loader
+    def __init__(self, cfg: _Config):
+        self.cfg = cfg
 
     def __getitem__(self, key):
-        ld = self.loader
+        cfg = self.cfg
         epoch, seed, indices = key
-        batch = prepare(ld.dataset, indices, transform=ld.transform, seed=seed, epoch=epoch,
-                        box_min_visible=ld.box_min_visible, flip_pairs=ld.flip_pairs, ragged=ld.ragged)
-        if ld.device.type == "cpu":
-            ld._assemble(batch)  # the CPU path decodes and augments in the worker too
+        batch = prepare(cfg.dataset, indices, transform=cfg.transform, seed=seed, epoch=epoch,
+                        box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged)
+        if cfg.device.type == "cpu":
+            assemble(cfg, batch)  # the CPU path decodes and augments in the worker too
         elif torch.utils.data.get_worker_info() is not None:
             batch.pack()
         return batch
@@ -101,8 +118,10 @@ class GPULoader:
         self._keys = _EpochKeys()
         # Workers start once and serve every epoch: forking them per epoch cost more than a short
         # epoch's decoding.
+        self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
+                            border_value)
         self._reader = torch.utils.data.DataLoader(
-            _Batches(self), batch_size=None, sampler=self._keys, num_workers=self.num_workers, collate_fn=_identity,
+            _Batches(self._cfg), batch_size=None, sampler=self._keys, num_workers=self.num_workers, collate_fn=_identity,
             prefetch_factor=self.prefetch if self.num_workers else None, persistent_workers=self.num_workers > 0)
 
     # DataLoader / DistributedSampler interface -------------------------------------------------
@@ -135,42 +154,6 @@ class GPULoader:
         it = _CudaEpoch(self, self._reader) if self.device.type == "cuda" else iter(self._reader)
         return _Epoch(self, it)
 
-    # turning a HostBatch into the output ---------------------------------------------------------
-    def _assemble(self, batch: HostBatch) -> None:
-        """Decodes and augments a batch on self.device (in the current stream); fills batch.images and
-        leaves in batch.extra["rows"] the samples kept."""
-        encoded = batch.buffers()
-        pos = [i for i, e in enumerate(encoded) if e is not None]
-        images = list(batch.decoded)
-        if pos:
-            decoded = decode_jpeg([encoded[i] for i in pos], device=self.device, mode=self.mode, on_error="skip")
-            for i, img in zip(pos, decoded):
-                images[i] = img
-                if img is None and not batch.errors[i]:
-                    batch.errors[i] = "could not be decoded"
-        rows = [i for i, img in enumerate(images) if img is not None and not batch.errors[i]]
-        bad = [i for i in range(len(images)) if i not in set(rows)]
-        if bad and self.on_error == "raise":
-            i = bad[0]
-            raise JpegDecodeError(f"GPULoader: sample {batch.indices[i]} (position {i} of its batch): "
-                                  f"{batch.errors[i] or 'could not be decoded'}", batch.indices[i])
-        batch.extra["rows"], batch.extra["bad"] = rows, [batch.indices[i] for i in bad]
-        images = [images[i].to(self.device, non_blocking=True) if images[i].device != self.device else images[i]
-                  for i in rows]
-        if not rows:
-            batch.images = None
-        elif self.transform is None:
-            batch.images = images
-        else:
-            from ..augment import Params
-            p = batch.params
-            params = Params(p.matrices[rows] if len(rows) < len(p.samples) else p.matrices, p.size,
-                            [p.samples[i] for i in rows])
-            batch.params = params
-            batch.images = self.transform.apply(images, params, border_value=self.border_value)
-        if len(rows) < len(batch.indices):
-            batch.targets = select_rows(batch, rows)
-
     def _output(self, batch: HostBatch):
         self.skipped.extend(batch.extra.get("bad", []))
         if batch.kind == "dict":
@@ -182,6 +165,42 @@ class GPULoader:
             out = (batch.images, *batch.targets)
             return out + (batch.params,) if self.return_params else out
         return (batch.images, batch.params) if self.return_params else batch.images
+
+
+def assemble(cfg: _Config, batch: HostBatch) -> None:
+    """Decodes and augments a batch on cfg.device (in the current stream); fills batch.images and
+    leaves in batch.extra["rows"] the samples kept."""
+    encoded = batch.buffers()
+    pos = [i for i, e in enumerate(encoded) if e is not None]
+    images = list(batch.decoded)
+    if pos:
+        decoded = decode_jpeg([encoded[i] for i in pos], device=cfg.device, mode=cfg.mode, on_error="skip")
+        for i, img in zip(pos, decoded):
+            images[i] = img
+            if img is None and not batch.errors[i]:
+                batch.errors[i] = "could not be decoded"
+    rows = [i for i, img in enumerate(images) if img is not None and not batch.errors[i]]
+    bad = [i for i in range(len(images)) if i not in set(rows)]
+    if bad and cfg.on_error == "raise":
+        i = bad[0]
+        raise JpegDecodeError(f"GPULoader: sample {batch.indices[i]} (position {i} of its batch): "
+                              f"{batch.errors[i] or 'could not be decoded'}", batch.indices[i])
+    batch.extra["rows"], batch.extra["bad"] = rows, [batch.indices[i] for i in bad]
+    images = [images[i].to(cfg.device, non_blocking=True) if images[i].device != cfg.device else images[i]
+              for i in rows]
+    if not rows:
+        batch.images = None
+    elif cfg.transform is None:
+        batch.images = images
+    else:
+        from ..augment import Params
+        p = batch.params
+        params = Params(p.matrices[rows] if len(rows) < len(p.samples) else p.matrices, p.size,
+                        [p.samples[i] for i in rows])
+        batch.params = params
+        batch.images = cfg.transform.apply(images, params, border_value=cfg.border_value)
+    if len(rows) < len(batch.indices):
+        batch.targets = select_rows(batch, rows)
 
 
 class _Epoch:
@@ -217,7 +236,7 @@ class _Epoch:
 
 
 class _CudaEpoch:
-    """Runs _assemble for each batch on a background thread, on the loader's side stream, and hands the
+    """Runs assemble() for each batch on a background thread, on the loader's side stream, and hands the
     results over to the consumer's current stream."""
 
     def __init__(self, loader: GPULoader, reader):
@@ -247,7 +266,7 @@ class _CudaEpoch:
                 for batch in self.reader:
                     if self.stop.is_set():
                         return
-                    ld._assemble(batch)
+                    assemble(ld._cfg, batch)
                     _pin_and_move(batch, ld.device)
                     event = torch.cuda.Event()
                     event.record(self.stream)
