@@ -3,8 +3,8 @@
 
 Run it on the build before a change and on the build after, then compare the files:
 
-    python tools/dev/warp_digest.py --device cuda --out before.txt     # old build
-    python tools/dev/warp_digest.py --device cuda --out after.txt      # new build
+    PYTHONPATH=$PWD python tools/dev/warp_digest.py --device cuda --out before.txt   # old build
+    PYTHONPATH=$PWD python tools/dev/warp_digest.py --device cuda --out after.txt    # new build
     diff before.txt after.txt && echo identical
 
 One line per case: name, md5 of the output bytes, shape, dtype and memory layout. Cases cover every
