@@ -316,7 +316,7 @@ def test_affine_torch_is_the_inverse_map(device):
     ref = _cv2_batch(imgs, mats, (112, 112), "bilinear", "constant")
     diff = np.abs(out.permute(0, 2, 3, 1).cpu().numpy().astype(np.int16) - ref)
     assert diff.max() <= 1 and (diff == 0).mean() >= 0.9999
-    # the seed's unbatched form with one matrix
+    # the unbatched form with one matrix
     assert torch.equal(affine_torch(_to_nchw(imgs, device)[0], inv[0], 112, 112), out[0])
 
 

@@ -154,7 +154,7 @@ def test_fused_and_list_bad_input(device):
         warp_affine([], Ml[:0], (8, 8))
     with pytest.raises(ValueError, match="'M'"):
         warp_affine(imgs, Ml[:3], (8, 8))
-    with pytest.raises(ValueError, match=r"'images\[1\]'"):
+    with pytest.raises(ValueError, match=r"'src\[1\]'"):
         torch.ops.orbbec.warp_affine_list([imgs[0], imgs[1][:, :, :2]], Ml[:2], 8, 8, 1, 0, [0.0], torch.float32,
                                           [], [], 1.0, False, False)
 

@@ -141,6 +141,32 @@ def batch_size_plot(path, reps):
     plt.savefig(path, dpi=100)
 
 
+def peer_times(x, M, inv, imgs, mats, H, W, OH, OW, args) -> dict:
+    """ms per batch of the peers on one workload: grid_sample, torchvision v2 and kornia where
+    installed, cv2 on the CPU with all threads and with one."""
+    res = {"grid_sample": cuda_time_ms(lambda: grid_sample_warp(x, inv, OH, OW), args.reps)}
+    try:
+        from torchvision.transforms.v2 import functional as TF
+
+        angle, _ = 10.0, None
+        res["tv2 affine (one param set)"] = cuda_time_ms(
+            lambda: TF.affine(x, angle=angle, translate=[5, 5], scale=min(OH / H, OW / W), shear=[0.0]), args.reps)
+    except ImportError:
+        pass
+    try:  # kornia, when installed (carried as a wheel to the GPU machine)
+        import kornia
+
+        Mf = M.float()
+        res["kornia warp_affine (uint8 -> float -> uint8)"] = cuda_time_ms(
+            lambda: kornia.geometry.transform.warp_affine(x.float(), Mf, (OH, OW), align_corners=True)
+            .round_().clamp_(0, 255).to(torch.uint8), args.reps)
+    except ImportError:
+        pass
+    res["cv2 CPU %d threads" % args.threads] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, args.threads), args.cpu_reps)
+    res["cv2 CPU 1 thread"] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, 1), args.cpu_reps)
+    return res
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="face,det,hd", help="comma-separated names (face, det, hd)")
@@ -151,6 +177,8 @@ def main() -> None:
     parser.add_argument("--fused", action="store_true", help="also time the fused normalised output")
     parser.add_argument("--varsize", action="store_true", help="also time the variable-size list workload")
     parser.add_argument("--plot", default=None, help="save an images/s vs batch size plot here (PNG)")
+    parser.add_argument("--quick", action="store_true",
+                        help="orbbec's rows only (no peers): a minute, to compare builds of the kernels")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("benchmark_warpaffine: needs a CUDA device")
@@ -181,27 +209,9 @@ def main() -> None:
         res = {
             "orbbec NCHW": cuda_time_ms(lambda: warp_affine(x, inv, (OW, OH), inverse_map=True), args.reps),
             "orbbec NHWC": cuda_time_ms(lambda: warp_affine(x_cl, inv, (OW, OH), inverse_map=True), args.reps),
-            "grid_sample": cuda_time_ms(lambda: grid_sample_warp(x, inv, OH, OW), args.reps),
         }
-        try:
-            from torchvision.transforms.v2 import functional as TF
-
-            angle, _ = 10.0, None
-            res["tv2 affine (one param set)"] = cuda_time_ms(
-                lambda: TF.affine(x, angle=angle, translate=[5, 5], scale=min(OH / H, OW / W), shear=[0.0]), args.reps)
-        except ImportError:
-            pass
-        try:  # kornia, when installed (carried as a wheel to the GPU machine)
-            import kornia
-
-            Mf = M.float()
-            res["kornia warp_affine (uint8 -> float -> uint8)"] = cuda_time_ms(
-                lambda: kornia.geometry.transform.warp_affine(x.float(), Mf, (OH, OW), align_corners=True)
-                .round_().clamp_(0, 255).to(torch.uint8), args.reps)
-        except ImportError:
-            pass
-        res["cv2 CPU %d threads" % args.threads] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, args.threads), args.cpu_reps)
-        res["cv2 CPU 1 thread"] = host_time_ms(lambda: cv2_batch(imgs, mats, OW, OH, 1), args.cpu_reps)
+        if not args.quick:
+            res.update(peer_times(x, M, inv, imgs, mats, H, W, OH, OW, args))
         base = res["orbbec NCHW"]
         for peer, ms in res.items():
             rows.append((name, peer, ms, B / (ms * 1e-3), 100 * nbytes / (ms * 1e-3) / 1e9 / bw, ms / base))

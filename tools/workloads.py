@@ -95,20 +95,17 @@ def det_boxes(count: int, size: int = 640) -> list:
     return out
 
 
-def jpeg_set(name: str, images: int | None = None, sampling: str = "420") -> list:
-    """Encoded JPEGs of a set: image i is photograph i mod 4 resized to W x H, scaled up by
-    uniform(1.0, 1.6) and cropped back to W x H at a uniform offset, mirrored when i is odd, encoded
-    by cv2.imencode at quality 90 (numpy.random.default_rng(5) draws scale, then y, then x offset).
-    `sampling` (444, 422, 420, 440) sets the chroma subsampling; 420 is cv2's default."""
+def photo_crops_bgr(count: int, in_hw, seed: int = 5) -> list:
+    """Photographs without seams: image i is photograph i mod 4 resized to in_hw = (H, W), scaled up by
+    uniform(1.0, 1.6) and cropped back to H x W at a uniform offset, mirrored when i is odd; BGR uint8
+    HWC (numpy.random.default_rng(seed) draws scale, then y, then x offset)."""
     import cv2
     from skimage import data
 
-    w, h, _, count = JPEG_SETS[name]
-    count = images or count
+    h, w = in_hw
     base = [cv2.resize(getattr(data, n)()[:, :, ::-1], (w, h), interpolation=cv2.INTER_LINEAR)
             for n in ("astronaut", "chelsea", "coffee", "rocket")]
-    factor = getattr(cv2, f"IMWRITE_JPEG_SAMPLING_FACTOR_{sampling}")
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     out = []
     for i in range(count):
         s = rng.uniform(1.0, 1.6)
@@ -118,8 +115,20 @@ def jpeg_set(name: str, images: int | None = None, sampling: str = "420") -> lis
         img = big[y:y + h, x:x + w]
         if i % 2:
             img = img[:, ::-1]
-        ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(img),
-                               [cv2.IMWRITE_JPEG_QUALITY, 90, cv2.IMWRITE_JPEG_SAMPLING_FACTOR, factor])
+        out.append(np.ascontiguousarray(img))
+    return out
+
+
+def jpeg_set(name: str, images: int | None = None, sampling: str = "420") -> list:
+    """Encoded JPEGs of a set: photo_crops_bgr(images, (H, W)) encoded by cv2.imencode at quality 90.
+    `sampling` (444, 422, 420, 440) sets the chroma subsampling; 420 is cv2's default."""
+    import cv2
+
+    w, h, _, count = JPEG_SETS[name]
+    factor = getattr(cv2, f"IMWRITE_JPEG_SAMPLING_FACTOR_{sampling}")
+    out = []
+    for img in photo_crops_bgr(images or count, (h, w)):
+        ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90, cv2.IMWRITE_JPEG_SAMPLING_FACTOR, factor])
         assert ok
         out.append(buf.tobytes())
     return out

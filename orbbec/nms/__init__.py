@@ -64,7 +64,7 @@ def nms(boxes: torch.Tensor, scores: Union[torch.Tensor, float, None] = None,
 
     Two forms:
       nms(boxes[N, 4], scores[N], iou_threshold)   as torchvision.ops.nms
-      nms(dets[N, 5], iou_threshold)               the score in column 4 (the seed project's form)
+      nms(dets[N, 5], iou_threshold)               the score in column 4
 
     A box is suppressed when its IoU with a kept, higher-scored box is > iou_threshold.
     """

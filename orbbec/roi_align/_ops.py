@@ -5,26 +5,20 @@ from __future__ import annotations
 import torch
 
 from .. import _library  # noqa: F401  (loads orbbec._C, which defines the ops)
-
-
-def output_format(input: torch.Tensor) -> torch.memory_format:
-    """The memory format of roi_align's output and of the input's gradient: the input's."""
-    if input.shape[1] > 1 and input.is_contiguous(memory_format=torch.channels_last) and not input.is_contiguous():
-        return torch.channels_last
-    return torch.contiguous_format
+from .._layout import output_format
 
 
 @torch.library.register_fake("orbbec::roi_align")
-def _roi_align_fake(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, pool_mode):
+def _roi_align_fake(input, boxes, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, pool_mode):
     torch._check(input.dim() == 4, lambda: "orbbec: 'input' must be a 4-D tensor")
-    torch._check(rois.dim() == 2 and rois.shape[1] == 5, lambda: "orbbec: 'rois' must have shape [K, 5]")
+    torch._check(boxes.dim() == 2 and boxes.shape[1] == 5, lambda: "orbbec: 'boxes' must have shape [K, 5]")
     torch._check(pooled_height > 0 and pooled_width > 0, lambda: "orbbec: 'output_size' must be positive")
-    return torch.empty((rois.shape[0], input.shape[1], pooled_height, pooled_width), dtype=input.dtype,
+    return torch.empty((boxes.shape[0], input.shape[1], pooled_height, pooled_width), dtype=input.dtype,
                        device=input.device, memory_format=output_format(input))
 
 
 @torch.library.register_fake("orbbec::roi_align_backward")
-def _roi_align_backward_fake(grad, rois, input, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned,
+def _roi_align_backward_fake(grad, boxes, input, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned,
                              pool_mode, deterministic):
     return torch.empty(input.shape, dtype=input.dtype, device=input.device, memory_format=output_format(input))
 

@@ -10,6 +10,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
+from .._layout import is_channels_last
 from . import _ops  # noqa: F401  (registers fake kernels and autograd)
 from ._matrices import (  # noqa: F401
     ARCFACE_TEMPLATE_112,
@@ -26,19 +27,19 @@ __all__ = [
     "estimate_affine", "estimate_similarity", "invert_affine", "arcface_template",
 ]
 
+# Names and cv2's own integer codes (cv2.INTER_*, cv2.BORDER_*), which the ops take unchanged.
 _INTERPOLATIONS = {"nearest": 0, "bilinear": 1, "linear": 1, "bicubic": 2, "cubic": 2}
-_BORDERS = {"constant": 0, "replicate": 1, "reflect": 2, "reflect101": 3, "reflect_101": 3, "wrap": 4}
-# cv2's integer codes, for users who pass cv2.INTER_* / cv2.BORDER_* constants.
-_CV2_INTERPOLATIONS = {0: 0, 1: 1, 2: 2}
-_CV2_BORDERS = {0: 0, 1: 1, 2: 2, 4: 3, 3: 4}
+_BORDERS = {"constant": 0, "replicate": 1, "reflect": 2, "wrap": 3, "reflect101": 4, "reflect_101": 4}
+_CV2_INTERPOLATIONS = frozenset(_INTERPOLATIONS.values())
+_CV2_BORDERS = frozenset(_BORDERS.values())
 _DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def _mode_code(value, names: dict, cv2_codes: dict, arg: str) -> int:
+def _mode_code(value, names: dict, cv2_codes: frozenset, arg: str) -> int:
     if isinstance(value, str) and value.lower() in names:
         return names[value.lower()]
     if isinstance(value, int) and not isinstance(value, bool) and value in cv2_codes:
-        return cv2_codes[value]
+        return int(value)
     raise ValueError(f"orbbec: '{arg}' must be one of {sorted(names)} (or a cv2 constant), got {value!r}")
 
 
@@ -187,8 +188,7 @@ def warp_affine(
     if out_dtype not in _OUT_DTYPES:
         raise TypeError(f"orbbec: 'out_dtype' must be float32, float16, bfloat16 or uint8, got {out_dtype}")
     if out_layout is None:
-        channels_last = (not is_list) and src4.shape[1] > 1 and not src4.is_contiguous() \
-            and src4.is_contiguous(memory_format=torch.channels_last)
+        channels_last = (not is_list) and is_channels_last(src4)
     elif out_layout in ("NCHW", "NHWC"):
         channels_last = out_layout == "NHWC"
     else:
@@ -219,7 +219,7 @@ def _per_channel(values, channels: int, name: str) -> list:
 
 
 def affine_torch(input: torch.Tensor, affine_matrix: torch.Tensor, out_h: int, out_w: int) -> torch.Tensor:
-    """The seed project's warp: input [B, C, H, W] (or [C, H, W]), affine_matrix [B, 2, 3] (or
+    """The inverse-map warp: input [B, C, H, W] (or [C, H, W]), affine_matrix [B, 2, 3] (or
     [2, 3]) mapping each OUTPUT pixel (x, y) to the INPUT position it samples; bilinear, constant 0
     border, integer pixel centres. Equal to ``warp_affine(input, affine_matrix, (out_w, out_h),
     inverse_map=True)``."""

@@ -1,7 +1,10 @@
 """Batched affine-matrix helpers on any device, in float64, differentiable with torch ops.
 
 All matrices are [..., 2, 3] mapping a point (x, y) to (M[0] . (x, y, 1), M[1] . (x, y, 1)).
-None of these functions synchronises with the host.
+invert_affine never synchronises with the host. get_affine_transform, estimate_affine and
+estimate_similarity use torch.linalg.solve / svd, which on CUDA wait for the device to check their
+factorisation (solve raises for a singular system); call them where a synchronisation is acceptable,
+or compute the matrices on the CPU.
 """
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ def get_affine_transform(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 def estimate_affine(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     """Least-squares affine matrix mapping src points onto dst points (N >= 3), batched:
-    ``M = ((S^T S)^-1 S^T dst)^T`` with ``S = [src | 1]``, the seed project's training-loop formula."""
+    ``M = ((S^T S)^-1 S^T dst)^T`` with ``S = [src | 1]`` (the normal equations)."""
     src, dst = _points(src, "src", 3), _points(dst, "dst", 3).to(src.device)
     if src.shape[-2] != dst.shape[-2]:
         raise ValueError(f"orbbec: 'src' and 'dst' must hold as many points, got {src.shape[-2]} and {dst.shape[-2]}")

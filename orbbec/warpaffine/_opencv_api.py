@@ -1,4 +1,4 @@
-"""affine_opencv: the seed project's numpy + OpenCV C++ warp, through pybind11 (optional build)."""
+"""affine_opencv: a numpy uint8 image warped by OpenCV's C++ library, through pybind11 (optional build)."""
 from __future__ import annotations
 
 from typing import Optional, Tuple

@@ -5,19 +5,14 @@ from __future__ import annotations
 import torch
 
 from .. import _library  # noqa: F401  (loads orbbec._C, which defines the ops)
-
-
-def _output_format(src: torch.Tensor) -> torch.memory_format:
-    if src.shape[1] > 1 and src.is_contiguous(memory_format=torch.channels_last) and not src.is_contiguous():
-        return torch.channels_last
-    return torch.contiguous_format
+from .._layout import output_format
 
 
 @torch.library.register_fake("orbbec::warp_affine")
-def _warp_affine_fake(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value):
+def _warp_affine_fake(src, M, out_h, out_w, interpolation, border_mode, border_value):
     torch._check(src.dim() == 4, lambda: "orbbec: 'src' must be a 4-D tensor")
     torch._check(out_h > 0 and out_w > 0, lambda: "orbbec: output size must be positive")
-    return src.new_empty((src.shape[0], src.shape[1], out_h, out_w)).contiguous(memory_format=_output_format(src))
+    return src.new_empty((src.shape[0], src.shape[1], out_h, out_w)).contiguous(memory_format=output_format(src))
 
 
 def _fused_output(batch, channels, out_h, out_w, out_dtype, channels_last, like):
@@ -26,27 +21,27 @@ def _fused_output(batch, channels, out_h, out_w, out_dtype, channels_last, like)
 
 
 @torch.library.register_fake("orbbec::warp_affine_fused")
-def _warp_affine_fused_fake(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value, out_dtype,
+def _warp_affine_fused_fake(src, M, out_h, out_w, interpolation, border_mode, border_value, out_dtype,
                             mean, std, scale, reverse_channels, channels_last_out):
     return _fused_output(src.shape[0], src.shape[1], out_h, out_w, out_dtype, channels_last_out, src)
 
 
 @torch.library.register_fake("orbbec::warp_affine_list")
-def _warp_affine_list_fake(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value, out_dtype,
+def _warp_affine_list_fake(src, M, out_h, out_w, interpolation, border_mode, border_value, out_dtype,
                            mean, std, scale, reverse_channels, channels_last_out):
-    return _fused_output(len(images), images[0].shape[2], out_h, out_w, out_dtype, channels_last_out, images[0])
+    return _fused_output(len(src), src[0].shape[2], out_h, out_w, out_dtype, channels_last_out, src[0])
 
 
 @torch.library.register_fake("orbbec::invert_affine")
-def _invert_affine_fake(matrix):
-    return torch.empty_like(matrix, memory_format=torch.contiguous_format)
+def _invert_affine_fake(M):
+    return torch.empty_like(M, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("orbbec::warp_affine_backward")
-def _warp_affine_backward_fake(grad_out, src, inv_matrix, interpolation, border_mode, border_value,
+def _warp_affine_backward_fake(grad_out, src, M, interpolation, border_mode, border_value,
                                need_src_grad, need_matrix_grad):
-    grad_src = torch.empty_like(src).contiguous(memory_format=_output_format(src))
-    return grad_src, inv_matrix.new_empty(inv_matrix.shape)
+    grad_src = torch.empty_like(src).contiguous(memory_format=output_format(src))
+    return grad_src, M.new_empty(M.shape)
 
 
 def _setup_context(ctx, inputs, output):

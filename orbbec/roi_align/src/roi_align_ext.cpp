@@ -17,17 +17,17 @@ Params check_forward_args(const at::Tensor& input, const at::Tensor& rois, doubl
   const auto st = input.scalar_type();
   ORBBEC_CHECK_TYPE(st == at::kHalf || st == at::kBFloat16 || st == at::kFloat || st == at::kDouble,
                     "orbbec: 'input' must be float16, bfloat16, float32 or float64, got ", st);
-  check_dim(rois, "rois", 2);
-  ORBBEC_CHECK_VALUE(rois.size(1) == 5, "orbbec: 'rois' must have shape [K, 5] (batch index, x1, y1, x2, y2), got ",
+  check_dim(rois, "boxes", 2);
+  ORBBEC_CHECK_VALUE(rois.size(1) == 5, "orbbec: 'boxes' must have shape [K, 5] (batch index, x1, y1, x2, y2), got ",
                      rois.sizes());
-  ORBBEC_CHECK_TYPE(rois.scalar_type() == st, "orbbec: 'rois' must have the dtype of 'input' (", st, "), got ",
+  ORBBEC_CHECK_TYPE(rois.scalar_type() == st, "orbbec: 'boxes' must have the dtype of 'input' (", st, "), got ",
                     rois.scalar_type());
-  check_same_device(rois, "rois", input, "input");
+  check_same_device(rois, "boxes", input, "input");
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   ORBBEC_CHECK_VALUE(input.size(2) > 0 && input.size(3) > 0 && input.size(2) < kIntMax && input.size(3) < kIntMax,
                      "orbbec: 'input' must have a height and width in [1, 2^31 - 1), got shape ", input.sizes());
   ORBBEC_CHECK_VALUE(rois.size(0) < kIntMax && input.size(0) < kIntMax,
-                     "orbbec: at most 2^31 - 1 rois and images, got ", rois.size(0), " and ", input.size(0));
+                     "orbbec: at most 2^31 - 1 boxes and images, got ", rois.size(0), " and ", input.size(0));
   ORBBEC_CHECK_VALUE(pooled_h > 0 && pooled_w > 0 && pooled_h < kIntMax && pooled_w < kIntMax,
                      "orbbec: 'output_size' must be positive (and below 2^31), got (", pooled_h, ", ", pooled_w, ")");
   ORBBEC_CHECK_VALUE(sampling_ratio <= kMaxGrid, "orbbec: 'sampling_ratio' must be at most ", kMaxGrid, ", got ",
@@ -54,23 +54,17 @@ Params check_backward_args(const at::Tensor& grad, const at::Tensor& rois, const
   return p;
 }
 
-at::MemoryFormat output_format(const at::Tensor& input) {
-  if (input.size(1) > 1 && input.is_contiguous(at::MemoryFormat::ChannelsLast) && !input.is_contiguous()) {
-    return at::MemoryFormat::ChannelsLast;
-  }
-  return at::MemoryFormat::Contiguous;
-}
-
 }  // namespace roi_align
 }  // namespace orbbec
 
 TORCH_LIBRARY_FRAGMENT(orbbec, m) {
-  // rois [K, 5]: (batch index, x1, y1, x2, y2) in image coordinates; output [K, C, pooled_height,
+  // Argument names are the Python API's (orbbec.roi_align.roi_align). boxes [K, 5]: (batch index, x1,
+  // y1, x2, y2) in image coordinates; output [K, C, pooled_height,
   // pooled_width] in the memory format of input. pool_mode: 0 average, 1 max.
-  m.def("roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+  m.def("roi_align(Tensor input, Tensor boxes, float spatial_scale, int pooled_height, int pooled_width, "
         "int sampling_ratio, bool aligned, int pool_mode) -> Tensor");
   // Gradient of roi_align with respect to input (input gives the shape and memory format, and the
   // values in max mode). deterministic: no floating-point atomics on CUDA, same bits every run.
-  m.def("roi_align_backward(Tensor grad, Tensor rois, Tensor input, float spatial_scale, int pooled_height, "
+  m.def("roi_align_backward(Tensor grad, Tensor boxes, Tensor input, float spatial_scale, int pooled_height, "
         "int pooled_width, int sampling_ratio, bool aligned, int pool_mode, bool deterministic) -> Tensor");
 }

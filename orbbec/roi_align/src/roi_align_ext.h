@@ -3,6 +3,7 @@
 #include <torch/types.h>
 
 #include "common/src/checks.h"
+#include "common/src/layout.h"
 #include "roi_align/src/common/roi_align.h"
 
 namespace orbbec {
@@ -18,9 +19,6 @@ Params check_forward_args(const at::Tensor& input, const at::Tensor& rois, doubl
 Params check_backward_args(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& input,
                            double spatial_scale, int64_t pooled_h, int64_t pooled_w,
                            int64_t sampling_ratio, bool aligned, int64_t pool_mode);
-
-// The memory format of the output and of the input's gradient: channels_last when the input is.
-at::MemoryFormat output_format(const at::Tensor& input);
 
 }  // namespace roi_align
 }  // namespace orbbec

@@ -15,14 +15,14 @@ BorderValues check_forward_args(const at::Tensor& src, const at::Tensor& inv_mat
   ORBBEC_CHECK_TYPE(st == at::kByte || st == at::kHalf || st == at::kBFloat16 || st == at::kFloat ||
                         st == at::kDouble,
                     "orbbec: 'src' must be uint8, float16, bfloat16, float32 or float64, got ", st);
-  check_dim(inv_matrix, "matrix", 3);
+  check_dim(inv_matrix, "M", 3);
   ORBBEC_CHECK_VALUE(inv_matrix.size(1) == 2 && inv_matrix.size(2) == 3 &&
                          inv_matrix.size(0) == src.size(0),
-                     "orbbec: 'matrix' must have shape [B, 2, 3] with B = ", src.size(0),
+                     "orbbec: 'M' must have shape [B, 2, 3] with B = ", src.size(0),
                      " (the batch of 'src'), got ", inv_matrix.sizes());
   ORBBEC_CHECK_TYPE(inv_matrix.scalar_type() == at::kFloat || inv_matrix.scalar_type() == at::kDouble,
-                    "orbbec: 'matrix' must be float32 or float64, got ", inv_matrix.scalar_type());
-  check_same_device(inv_matrix, "matrix", src, "src");
+                    "orbbec: 'M' must be float32 or float64, got ", inv_matrix.scalar_type());
+  check_same_device(inv_matrix, "M", src, "src");
   ORBBEC_CHECK_VALUE(out_h > 0 && out_w > 0, "orbbec: output size must be positive, got out_h=", out_h,
                      ", out_w=", out_w);
   ORBBEC_CHECK_VALUE(src.size(0) == 0 || (src.size(2) > 0 && src.size(3) > 0),
@@ -32,8 +32,9 @@ BorderValues check_forward_args(const at::Tensor& src, const at::Tensor& inv_mat
   ORBBEC_CHECK_VALUE(interpolation >= kNearest && interpolation <= kBicubic,
                      "orbbec: 'interpolation' code must be 0 (nearest), 1 (bilinear) or 2 (bicubic), got ",
                      interpolation);
-  ORBBEC_CHECK_VALUE(border_mode >= kConstant && border_mode <= kWrap,
-                     "orbbec: 'border_mode' code must be in [0, 4], got ", border_mode);
+  ORBBEC_CHECK_VALUE(border_mode == kConstant || border_mode == kReplicate || border_mode == kReflect ||
+                         border_mode == kWrap || border_mode == kReflect101,
+                     "orbbec: 'border_mode' code must be a cv2.BORDER_* value in [0, 4], got ", border_mode);
   const int64_t C = src.size(1);
   ORBBEC_CHECK_VALUE(border_value.size() == 1 || int64_t(border_value.size()) == C,
                      "orbbec: 'border_value' must hold 1 value or one per channel (", C, "), got ",
@@ -91,24 +92,24 @@ OutputTransform check_output_args(int64_t channels, at::ScalarType out_dtype, at
 
 BorderValues check_list_args(at::TensorList images, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
                              int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value) {
-  ORBBEC_CHECK_VALUE(!images.empty(), "orbbec: 'images' must hold at least one image");
+  ORBBEC_CHECK_VALUE(!images.empty(), "orbbec: 'src' must hold at least one image");
   const at::Tensor& first = images[0];
   for (size_t i = 0; i < images.size(); ++i) {
     const at::Tensor& im = images[i];
-    ORBBEC_CHECK_VALUE(im.dim() == 3, "orbbec: 'images[", i, "]' must be an HWC image (3-D), got shape ",
+    ORBBEC_CHECK_VALUE(im.dim() == 3, "orbbec: 'src[", i, "]' must be an HWC image (3-D), got shape ",
                        im.sizes());
-    ORBBEC_CHECK_VALUE(im.size(2) == first.size(2), "orbbec: 'images[", i, "]' has ", im.size(2),
-                       " channels, 'images[0]' has ", first.size(2));
-    ORBBEC_CHECK_TYPE(im.scalar_type() == first.scalar_type(), "orbbec: 'images[", i, "]' is ", im.scalar_type(),
-                      ", 'images[0]' is ", first.scalar_type());
-    ORBBEC_CHECK_VALUE(im.device() == first.device(), "orbbec: 'images[", i, "]' is on ", im.device(),
-                       ", 'images[0]' on ", first.device());
+    ORBBEC_CHECK_VALUE(im.size(2) == first.size(2), "orbbec: 'src[", i, "]' has ", im.size(2),
+                       " channels, 'src[0]' has ", first.size(2));
+    ORBBEC_CHECK_TYPE(im.scalar_type() == first.scalar_type(), "orbbec: 'src[", i, "]' is ", im.scalar_type(),
+                      ", 'src[0]' is ", first.scalar_type());
+    ORBBEC_CHECK_VALUE(im.device() == first.device(), "orbbec: 'src[", i, "]' is on ", im.device(),
+                       ", 'src[0]' on ", first.device());
     ORBBEC_CHECK_VALUE(im.size(0) > 0 && im.size(1) > 0 && im.size(2) > 0,
-                       "orbbec: 'images[", i, "]' must not be empty, got shape ", im.sizes());
+                       "orbbec: 'src[", i, "]' must not be empty, got shape ", im.sizes());
   }
   // The rest is checked as for a batch: one HWC image viewed as [1, C, H, W].
   ORBBEC_CHECK_VALUE(inv_matrix.dim() == 3 && inv_matrix.size(0) == int64_t(images.size()),
-                     "orbbec: 'matrix' must have shape [B, 2, 3] with B = ", images.size(),
+                     "orbbec: 'M' must have shape [B, 2, 3] with B = ", images.size(),
                      " (one per image), got ", inv_matrix.sizes());
   return check_forward_args(first.permute({2, 0, 1}).unsqueeze(0), inv_matrix.narrow(0, 0, 1), out_h, out_w,
                             interpolation, border_mode, border_value);
@@ -121,17 +122,10 @@ at::Tensor make_fused_output(int64_t B, int64_t C, int64_t out_h, int64_t out_w,
                                                            : at::MemoryFormat::Contiguous));
 }
 
-at::MemoryFormat output_format(const at::Tensor& src) {
-  if (src.size(1) > 1 && src.is_contiguous(at::MemoryFormat::ChannelsLast) && !src.is_contiguous()) {
-    return at::MemoryFormat::ChannelsLast;
-  }
-  return at::MemoryFormat::Contiguous;
-}
-
 void check_invert_args(const at::Tensor& matrix) {
   ORBBEC_CHECK_VALUE(matrix.dim() == 3 && matrix.size(1) == 2 && matrix.size(2) == 3,
-                     "orbbec: 'matrix' must have shape [N, 2, 3], got ", matrix.sizes());
-  ORBBEC_CHECK_TYPE(matrix.scalar_type() == at::kDouble, "orbbec: 'matrix' must be float64, got ",
+                     "orbbec: 'M' must have shape [N, 2, 3], got ", matrix.sizes());
+  ORBBEC_CHECK_TYPE(matrix.scalar_type() == at::kDouble, "orbbec: 'M' must be float64, got ",
                     matrix.scalar_type());
 }
 
@@ -139,21 +133,23 @@ void check_invert_args(const at::Tensor& matrix) {
 }  // namespace orbbec
 
 TORCH_LIBRARY_FRAGMENT(orbbec, m) {
-  // inv_matrix maps each output pixel to the input position it samples (OpenCV's WARP_INVERSE_MAP).
-  m.def("warp_affine(Tensor src, Tensor inv_matrix, int out_h, int out_w, int interpolation, "
+  // Argument names are the Python API's (orbbec.warpaffine.warp_affine). M here is always the inverse
+  // map: it maps each output pixel to the input position it samples (inverse_map=True,
+  // cv2.WARP_INVERSE_MAP); border_mode and interpolation are cv2's integer codes.
+  m.def("warp_affine(Tensor src, Tensor M, int out_h, int out_w, int interpolation, "
         "int border_mode, float[] border_value) -> Tensor");
   // warp_affine, then out = (v * scale - mean) / std per channel (channels optionally reversed),
   // written as out_dtype in NCHW or NHWC, in one pass. No autograd.
-  m.def("warp_affine_fused(Tensor src, Tensor inv_matrix, int out_h, int out_w, int interpolation, "
+  m.def("warp_affine_fused(Tensor src, Tensor M, int out_h, int out_w, int interpolation, "
         "int border_mode, float[] border_value, ScalarType out_dtype, float[] mean, float[] std, float scale, "
         "bool reverse_channels, bool channels_last_out) -> Tensor");
   // The same for a list of HWC images of different sizes (as decoders return them), one launch.
-  m.def("warp_affine_list(Tensor[] images, Tensor inv_matrix, int out_h, int out_w, int interpolation, "
+  m.def("warp_affine_list(Tensor[] src, Tensor M, int out_h, int out_w, int interpolation, "
         "int border_mode, float[] border_value, ScalarType out_dtype, float[] mean, float[] std, float scale, "
         "bool reverse_channels, bool channels_last_out) -> Tensor");
   // Inverse of float64 affine matrices [N, 2, 3] in one launch (cv2.invertAffineTransform); no autograd.
-  m.def("invert_affine(Tensor matrix) -> Tensor");
-  // Gradients of warp_affine with respect to src and inv_matrix (zeros where not needed).
-  m.def("warp_affine_backward(Tensor grad_out, Tensor src, Tensor inv_matrix, int interpolation, "
+  m.def("invert_affine(Tensor M) -> Tensor");
+  // Gradients of warp_affine with respect to src and M (zeros where not needed).
+  m.def("warp_affine_backward(Tensor grad_out, Tensor src, Tensor M, int interpolation, "
         "int border_mode, float[] border_value, bool need_src_grad, bool need_matrix_grad) -> (Tensor, Tensor)");
 }

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include "common/src/checks.h"
+#include "common/src/layout.h"
 #include "warpaffine/src/common/warpaffine.h"
 
 namespace orbbec {
@@ -32,9 +33,6 @@ BorderValues check_list_args(at::TensorList images, const at::Tensor& inv_matrix
 
 at::Tensor make_fused_output(int64_t B, int64_t C, int64_t out_h, int64_t out_w, at::ScalarType dtype,
                              bool channels_last, const at::Device& device);
-
-// The memory format the output takes: channels_last when the input is, else contiguous.
-at::MemoryFormat output_format(const at::Tensor& src);
 
 // invert_affine's argument checks: matrix is float64 [N, 2, 3].
 void check_invert_args(const at::Tensor& matrix);

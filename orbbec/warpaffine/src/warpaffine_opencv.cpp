@@ -1,4 +1,4 @@
-// affine_opencv: the seed project's warp of a numpy uint8 image through OpenCV's C++ library.
+// affine_opencv: the warp of a numpy uint8 image through OpenCV's C++ library (getAffineTransform, warpAffine).
 // Built as orbbec.warpaffine._opencv only when OpenCV's headers are found (see setup.py).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

@@ -9,11 +9,7 @@
 #include <cstdint>
 #include <limits>
 
-#if defined(__CUDACC__)
-#define ORBBEC_NMS_HD __host__ __device__ __forceinline__
-#else
-#define ORBBEC_NMS_HD inline
-#endif
+#include "common/src/arith.h"
 
 namespace orbbec {
 namespace nms {
@@ -28,43 +24,15 @@ struct alignas(4 * sizeof(T)) Box {
   T x1, y1, x2, y2;
 };
 
-// Correctly rounded arithmetic on both devices. nvcc would otherwise contract inter = w * h and
-// (area_a + area_b) - inter into an fma on the GPU only, and the devices would disagree on IoUs
-// that sit next to the threshold. (Host code is built in ISO C++ mode, where GCC does not contract.)
-#if defined(__CUDA_ARCH__)
-ORBBEC_NMS_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }
-ORBBEC_NMS_HD float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-ORBBEC_NMS_HD float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-ORBBEC_NMS_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-ORBBEC_NMS_HD double add_rn(double a, double b) { return __dadd_rn(a, b); }
-ORBBEC_NMS_HD double sub_rn(double a, double b) { return __dsub_rn(a, b); }
-ORBBEC_NMS_HD double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-ORBBEC_NMS_HD double div_rn(double a, double b) { return __ddiv_rn(a, b); }
-#else
-template <typename T> inline T add_rn(T a, T b) { return a + b; }
-template <typename T> inline T sub_rn(T a, T b) { return a - b; }
-template <typename T> inline T mul_rn(T a, T b) { return a * b; }
-template <typename T> inline T div_rn(T a, T b) { return a / b; }
-#endif
-
 // Plain selects, identical on both devices (fminf/fmaxf may differ on signed zeros).
-template <typename T> ORBBEC_NMS_HD T min_of(T a, T b) { return b < a ? b : a; }
-template <typename T> ORBBEC_NMS_HD T max_of(T a, T b) { return a < b ? b : a; }
-
-template <typename T>
-ORBBEC_NMS_HD bool is_finite(T v) {
-#if defined(__CUDA_ARCH__)
-  return ::isfinite(v);
-#else
-  return std::isfinite(v);
-#endif
-}
+template <typename T> ORBBEC_HD T min_of(T a, T b) { return b < a ? b : a; }
+template <typename T> ORBBEC_HD T max_of(T a, T b) { return a < b ? b : a; }
 
 // Replaces a box that has a non-finite coordinate, x2 < x1, y2 < y1 or a non-finite area by the
 // empty box (+inf, +inf, -inf, -inf), whose intersection with any box is 0; returns the area (0 for
 // such boxes). After this every IoU is a number in [0, 1], never NaN.
 template <typename T>
-ORBBEC_NMS_HD T sanitize(Box<T>& b) {
+ORBBEC_HD T sanitize(Box<T>& b) {
   const T area = mul_rn(sub_rn(b.x2, b.x1), sub_rn(b.y2, b.y1));
   const bool ok = is_finite(b.x1) && is_finite(b.y1) && is_finite(b.x2) && is_finite(b.y2) &&
                   b.x2 >= b.x1 && b.y2 >= b.y1 && is_finite(area);
@@ -77,7 +45,7 @@ ORBBEC_NMS_HD T sanitize(Box<T>& b) {
 // Width (or height) of the intersection of two sanitized intervals: never NaN, since the highs
 // are finite or -inf and the lows finite or +inf.
 template <typename T>
-ORBBEC_NMS_HD T overlap(T lo_a, T hi_a, T lo_b, T hi_b) {
+ORBBEC_HD T overlap(T lo_a, T hi_a, T lo_b, T hi_b) {
   return sub_rn(min_of(hi_a, hi_b), max_of(lo_a, lo_b));
 }
 
@@ -85,7 +53,7 @@ ORBBEC_NMS_HD T overlap(T lo_a, T hi_a, T lo_b, T hi_b) {
 // are 0, in which case the intersection is 0 too: dividing by 1 then gives IoU 0 without a branch
 // (so the CPU loop vectorizes).
 template <typename T>
-ORBBEC_NMS_HD T iou(const Box<T>& a, T area_a, const Box<T>& b, T area_b) {
+ORBBEC_HD T iou(const Box<T>& a, T area_a, const Box<T>& b, T area_b) {
   const T w = max_of(overlap(a.x1, a.x2, b.x1, b.x2), T(0));
   const T h = max_of(overlap(a.y1, a.y2, b.y1, b.y2), T(0));
   const T inter = mul_rn(w, h);
@@ -97,7 +65,7 @@ ORBBEC_NMS_HD T iou(const Box<T>& a, T area_a, const Box<T>& b, T area_b) {
 // (Bodla et al. 2017, reference code): linear 1 - iou when iou > Nt, else 1; gaussian
 // exp(-iou^2 / sigma), the exponent in T and the exponential in double, as the reference does.
 template <typename T>
-ORBBEC_NMS_HD T soft_weight(T ov, int64_t method, T nt_below, T sigma) {
+ORBBEC_HD T soft_weight(T ov, int64_t method, T nt_below, T sigma) {
   if (method == kLinear) return ov > nt_below ? sub_rn(T(1), ov) : T(1);
   const T e = div_rn(-mul_rn(ov, ov), sigma);
 #if defined(__CUDA_ARCH__)
@@ -110,7 +78,7 @@ ORBBEC_NMS_HD T soft_weight(T ov, int64_t method, T nt_below, T sigma) {
 // Ranking of (score, index) pairs: higher score first, NaN above every number (torch.sort's
 // descending order), ties by lower index. An index < 0 is "no box" and ranks last.
 template <typename T>
-ORBBEC_NMS_HD bool ranks_before(T sa, int64_t ia, T sb, int64_t ib) {
+ORBBEC_HD bool ranks_before(T sa, int64_t ia, T sb, int64_t ib) {
   if (ib < 0) return ia >= 0;
   if (ia < 0) return false;
   const bool na = sa != sa, nb = sb != sb;

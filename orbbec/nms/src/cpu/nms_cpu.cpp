@@ -83,7 +83,7 @@ at::Tensor nms_cpu(const at::Tensor& boxes, const at::Tensor& scores, double iou
   const at::Tensor order = sort_by_score(scores);
   std::vector<uint8_t> removed(n, 0), keep(n, 0);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, boxes.scalar_type(), "orbbec_nms_cpu", [&] {
-    using T = at::opmath_type<scalar_t>;
+    using T = acc_type<scalar_t>;
     const auto s = gather_boxes<scalar_t, T>(boxes, order.data_ptr<int64_t>(), n);
     greedy(s, 0, n, threshold_below<T>(iou_threshold), removed.data(), keep.data());
   });
@@ -110,7 +110,7 @@ at::Tensor batched_nms_cpu(const at::Tensor& boxes, const at::Tensor& scores, co
 
   std::vector<uint8_t> removed(n, 0), keep(n, 0);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, boxes.scalar_type(), "orbbec_batched_nms_cpu", [&] {
-    using T = at::opmath_type<scalar_t>;
+    using T = acc_type<scalar_t>;
     const auto s = gather_boxes<scalar_t, T>(boxes, order.data_ptr<int64_t>(), n);
     const T thr = threshold_below<T>(iou_threshold);
     at::parallel_for(0, runs, 1, [&](int64_t r0, int64_t r1) {
@@ -192,7 +192,7 @@ std::tuple<at::Tensor, at::Tensor> soft_nms_cpu(const at::Tensor& boxes, const a
   check_soft_args(boxes, scores, iou_threshold, sigma, score_threshold, method);
   std::tuple<at::Tensor, at::Tensor> out;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, boxes.scalar_type(), "orbbec_soft_nms_cpu", [&] {
-    using T = at::opmath_type<scalar_t>;
+    using T = acc_type<scalar_t>;
     out = soft_nms_impl<scalar_t, T>(boxes, scores, iou_threshold, sigma, score_threshold, method);
   });
   return out;

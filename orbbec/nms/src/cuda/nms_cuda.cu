@@ -211,7 +211,7 @@ at::Tensor suppress(const at::Tensor& boxes, const at::Tensor& order, const at::
   }
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, boxes.scalar_type(), "orbbec_nms_cuda", [&] {
-    using T = at::opmath_type<scalar_t>;
+    using T = acc_type<scalar_t>;
     const auto acc_opts = opts.dtype(c10::CppTypeToScalarType<T>::value);
     at::Tensor sorted = at::empty({n, 4}, acc_opts);
     at::Tensor area = at::empty({n}, acc_opts);
@@ -358,7 +358,7 @@ std::tuple<at::Tensor, at::Tensor> soft_nms_cuda(const at::Tensor& boxes, const 
   at::Tensor count = at::empty({1}, opts.dtype(at::kLong));
   at::Tensor val;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, boxes.scalar_type(), "orbbec_soft_nms_cuda", [&] {
-    using T = at::opmath_type<scalar_t>;
+    using T = acc_type<scalar_t>;
     const auto acc_opts = opts.dtype(c10::CppTypeToScalarType<T>::value);
     at::Tensor sorted = at::empty({n, 4}, acc_opts);
     at::Tensor area = at::empty({n}, acc_opts);

@@ -10,11 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ORBBEC_ROI_HD __host__ __device__ __forceinline__
-#else
-#define ORBBEC_ROI_HD inline
-#endif
+#include "common/src/arith.h"
 
 namespace orbbec {
 namespace roi_align {
@@ -49,16 +45,7 @@ struct AxisTap {
 };
 
 template <typename acc_t>
-ORBBEC_ROI_HD bool finite(acc_t v) {
-#if defined(__CUDA_ARCH__)
-  return isfinite(v);
-#else
-  return std::isfinite(v);
-#endif
-}
-
-template <typename acc_t>
-ORBBEC_ROI_HD int grid_size(acc_t bin, int64_t sampling_ratio) {
+ORBBEC_HD int grid_size(acc_t bin, int64_t sampling_ratio) {
   if (sampling_ratio > 0) return static_cast<int>(sampling_ratio);  // checked <= kMaxGrid
   const acc_t g = ceil(bin);
   if (!(g > acc_t(0))) return 0;  // empty (aligned rois may have zero or negative size)
@@ -68,7 +55,7 @@ ORBBEC_ROI_HD int grid_size(acc_t bin, int64_t sampling_ratio) {
 // roi points at the 5 values of one row; roi_t is the rois' dtype, acc_t the arithmetic type
 // (float for float16/bfloat16/float32, double for float64).
 template <typename acc_t, typename roi_t>
-ORBBEC_ROI_HD RoiGeom<acc_t> make_geom(const roi_t* roi, int64_t batch_size, const Params& p) {
+ORBBEC_HD RoiGeom<acc_t> make_geom(const roi_t* roi, int64_t batch_size, const Params& p) {
   RoiGeom<acc_t> g;
   g.batch = -1;
   g.start_y = g.start_x = g.bin_h = g.bin_w = acc_t(0);
@@ -84,7 +71,7 @@ ORBBEC_ROI_HD RoiGeom<acc_t> make_geom(const roi_t* roi, int64_t batch_size, con
   const acc_t y2 = static_cast<acc_t>(roi[4]) * scale - offset;
   acc_t roi_w = x2 - x1, roi_h = y2 - y1;
   // Non-finite coordinates would make the adaptive grid and the tap indices meaningless.
-  if (!(finite(x1) && finite(y1) && finite(roi_w) && finite(roi_h))) return g;
+  if (!(is_finite(x1) && is_finite(y1) && is_finite(roi_w) && is_finite(roi_h))) return g;
   if (!p.aligned) {  // legacy mode: rois are at least one pixel
     roi_w = roi_w > acc_t(1) ? roi_w : acc_t(1);
     roi_h = roi_h > acc_t(1) ? roi_h : acc_t(1);
@@ -103,12 +90,12 @@ ORBBEC_ROI_HD RoiGeom<acc_t> make_geom(const roi_t* roi, int64_t batch_size, con
 
 // Coordinate of sample i (of grid) in bin p, in torchvision's order of operations.
 template <typename acc_t>
-ORBBEC_ROI_HD acc_t sample_coord(acc_t start, acc_t bin, int64_t p, int i, int grid) {
+ORBBEC_HD acc_t sample_coord(acc_t start, acc_t bin, int64_t p, int i, int grid) {
   return start + static_cast<acc_t>(p) * bin + (static_cast<acc_t>(i) + acc_t(0.5)) * bin / static_cast<acc_t>(grid);
 }
 
 template <typename acc_t>
-ORBBEC_ROI_HD AxisTap<acc_t> axis_tap(acc_t v, int size) {
+ORBBEC_HD AxisTap<acc_t> axis_tap(acc_t v, int size) {
   AxisTap<acc_t> t;
   if (!(v >= acc_t(-1) && v <= static_cast<acc_t>(size))) {  // outside, or NaN
     t.lo = t.hi = -1;
@@ -135,7 +122,7 @@ ORBBEC_ROI_HD AxisTap<acc_t> axis_tap(acc_t v, int size) {
 // sample (max, -inf when the bin has no sample); arg the index iy * grid_w + ix of that largest
 // sample, -1 if none. Max mode follows mmcv: an outside sample is 0 and competes; ties keep the first.
 template <bool MAX, int VEC, typename acc_t, typename TapY, typename TapX, typename Load>
-ORBBEC_ROI_HD void pool_bin(int grid_h, int grid_w, const TapY& tap_y, const TapX& tap_x,
+ORBBEC_HD void pool_bin(int grid_h, int grid_w, const TapY& tap_y, const TapX& tap_x,
                             const Load& load, acc_t acc[VEC], int32_t arg[VEC]) {
   for (int v = 0; v < VEC; ++v) {
     acc[v] = MAX ? -static_cast<acc_t>(INFINITY) : acc_t(0);
@@ -178,7 +165,7 @@ ORBBEC_ROI_HD void pool_bin(int grid_h, int grid_w, const TapY& tap_y, const Tap
 
 // The output value of a pooled bin: the average, or the max (0 for a bin without samples).
 template <bool MAX, typename acc_t>
-ORBBEC_ROI_HD acc_t bin_value(acc_t acc, int32_t arg, acc_t count) {
+ORBBEC_HD acc_t bin_value(acc_t acc, int32_t arg, acc_t count) {
   if (MAX) return arg >= 0 ? acc : acc_t(0);
   return acc / count;
 }
@@ -187,7 +174,7 @@ ORBBEC_ROI_HD acc_t bin_value(acc_t acc, int32_t arg, acc_t count) {
 // pixel on each side because rounded sample positions are monotone only up to an ulp; lo > hi when
 // no sample falls on the map. Used to find the rois that touch a tile of the gradient.
 template <typename acc_t>
-ORBBEC_ROI_HD void axis_footprint(acc_t start, acc_t bin, int64_t pooled, int grid, int size,
+ORBBEC_HD void axis_footprint(acc_t start, acc_t bin, int64_t pooled, int grid, int size,
                                   int& lo, int& hi) {
   lo = 1;
   hi = 0;

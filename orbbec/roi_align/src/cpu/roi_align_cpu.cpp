@@ -23,7 +23,7 @@ void check_batch_indices(const at::Tensor& rois, int64_t N) {
   const scalar_t* r = rois.data_ptr<scalar_t>();
   for (int64_t k = 0; k < rois.size(0); ++k) {
     const double b = static_cast<double>(r[k * 5]);
-    ORBBEC_CHECK_VALUE(std::isfinite(b) && b >= 0 && b < static_cast<double>(N), "orbbec: roi ", k,
+    ORBBEC_CHECK_VALUE(std::isfinite(b) && b >= 0 && b < static_cast<double>(N), "orbbec: box ", k, " of 'boxes'",
                        " has batch index ", b, ", outside [0, ", N, ") (the batch size of 'input')");
   }
 }
@@ -52,7 +52,7 @@ struct RoiTaps {
 template <typename scalar_t, bool MAX>
 void forward_kernel(const at::Tensor& input, const at::Tensor& rois, at::Tensor& out, int32_t* argmax,
                     const Params& p) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
   const int64_t K = rois.size(0), PH = p.pooled_h, PW = p.pooled_w;
   const int64_t s0 = input.stride(0), s1 = input.stride(1), s2 = input.stride(2), s3 = input.stride(3);
@@ -92,7 +92,7 @@ void forward_kernel(const at::Tensor& input, const at::Tensor& rois, at::Tensor&
 template <typename scalar_t, bool MAX>
 void backward_kernel(const at::Tensor& grad, const at::Tensor& rois, const int32_t* argmax, at::Tensor& gin,
                      const Params& p) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   const int64_t N = gin.size(0), C = gin.size(1), H = gin.size(2), W = gin.size(3);
   const int64_t K = rois.size(0), PH = p.pooled_h, PW = p.pooled_w;
   const int64_t s0 = gin.stride(0), s1 = gin.stride(1), s2 = gin.stride(2), s3 = gin.stride(3);
@@ -171,7 +171,7 @@ at::Tensor roi_align_backward_cpu(const at::Tensor& grad, const at::Tensor& rois
   const auto fmt = output_format(input);
   at::Tensor result;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "roi_align_backward_cpu", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
+    using acc_t = acc_type<scalar_t>;
     check_batch_indices<scalar_t>(rois_c, input.size(0));
     // float16/bfloat16 gradients are summed in float32 and rounded once at the end.
     const auto acc_dtype = c10::CppTypeToScalarType<acc_t>::value;

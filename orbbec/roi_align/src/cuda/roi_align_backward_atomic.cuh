@@ -27,9 +27,9 @@ __device__ __forceinline__ void atomic_add_vec(acc_t* dst, const acc_t* v) {
 template <typename scalar_t, int VEC, bool MAX>
 __global__ void __launch_bounds__(kMaxThreads)
     backward_atomic_kernel(const scalar_t* __restrict__ grad, Strides4 gs, const int32_t* __restrict__ argmax,
-                           Strides4 as, const scalar_t* __restrict__ rois, at::opmath_type<scalar_t>* __restrict__ gbuf,
+                           Strides4 as, const scalar_t* __restrict__ rois, acc_type<scalar_t>* __restrict__ gbuf,
                            int64_t K, int64_t N, int64_t C, int H, int W, Params p, int cap) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   extern __shared__ __align__(16) unsigned char roi_smem[];
   AxisTap<acc_t>* const tab = reinterpret_cast<AxisTap<acc_t>*>(roi_smem);
   const int PW = static_cast<int>(p.pooled_w), bins = static_cast<int>(p.pooled_h * p.pooled_w);
@@ -120,7 +120,7 @@ __global__ void nhwc_to_nchw_kernel(const acc_t* __restrict__ in, scalar_t* __re
 template <typename scalar_t, bool MAX>
 at::Tensor backward_atomic(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
                            const at::Tensor& input, at::MemoryFormat fmt, const Params& p) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   const auto acc_dtype = c10::CppTypeToScalarType<acc_t>::value;
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3), K = rois.size(0);
   const auto stream = c10::cuda::getCurrentCUDAStream();

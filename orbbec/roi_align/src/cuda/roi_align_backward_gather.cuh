@@ -27,9 +27,9 @@ constexpr int gather_channels() {
 }
 
 template <typename scalar_t>
-__global__ void roi_geometry_kernel(const scalar_t* __restrict__ rois, RoiGeom<at::opmath_type<scalar_t>>* geoms,
+__global__ void roi_geometry_kernel(const scalar_t* __restrict__ rois, RoiGeom<acc_type<scalar_t>>* geoms,
                                     RoiCull* culls, int64_t K, int64_t N, int H, int W, Params p) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < K;
        k += static_cast<int64_t>(blockDim.x) * gridDim.x) {
     const RoiGeom<acc_t> g = make_geom<acc_t>(rois + k * 5, N, p);
@@ -90,13 +90,13 @@ __device__ void collect_taps(int64_t s0, int64_t S, acc_t start, acc_t bin, int 
 // grad and argmax: [K, C, PH, PW] with any strides (channels_last reads coalesce); gin: the input's
 // gradient, any strides, every element written once.
 template <typename scalar_t, bool MAX>
-__global__ void __launch_bounds__(gather_channels<at::opmath_type<scalar_t>>())
+__global__ void __launch_bounds__(gather_channels<acc_type<scalar_t>>())
     backward_gather_kernel(const scalar_t* __restrict__ grad, Strides4 gs, const int32_t* __restrict__ argmax,
-                           Strides4 as, const RoiGeom<at::opmath_type<scalar_t>>* __restrict__ geoms,
+                           Strides4 as, const RoiGeom<acc_type<scalar_t>>* __restrict__ geoms,
                            const RoiCull* __restrict__ culls, int64_t K,
                            int64_t N, int64_t C, int H, int W, int64_t PH, int64_t PW, scalar_t* __restrict__ gin,
                            Strides4 is) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   constexpr int CB = gather_channels<acc_t>();
   constexpr int kPix = kTile * kTile;
   constexpr int kRow = CB + 1;  // padded so that threads reading one channel of many pixels miss bank conflicts
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(gather_channels<at::opmath_type<scalar_t>>())
 template <typename scalar_t, bool MAX>
 at::Tensor backward_gather(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
                            const at::Tensor& input, at::MemoryFormat fmt, const Params& p) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   constexpr int CB = gather_channels<acc_t>();
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3), K = rois.size(0);
   const auto stream = c10::cuda::getCurrentCUDAStream();

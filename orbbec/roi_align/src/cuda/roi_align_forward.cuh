@@ -12,7 +12,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     forward_cl_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ rois, scalar_t* __restrict__ out,
                       Strides4 os, int32_t* __restrict__ argmax, int64_t K, int64_t N, int64_t C, int H, int W,
                       Params p) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   __shared__ AxisTap<acc_t> ytab[kTabY];
   __shared__ AxisTap<acc_t> xtab[kTabX];
   const int64_t PH = p.pooled_h, PW = p.pooled_w, CG = C / VEC;
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     forward_nchw_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ rois,
                         scalar_t* __restrict__ out, Strides4 os, int32_t* __restrict__ argmax, int64_t K, int64_t N,
                         int64_t C, int H, int W, Params p, int chunk_c, int cap) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   extern __shared__ __align__(16) unsigned char roi_smem[];
   AxisTap<acc_t>* const tab = reinterpret_cast<AxisTap<acc_t>*>(roi_smem);
   const int PW = static_cast<int>(p.pooled_w), bins = static_cast<int>(p.pooled_h * p.pooled_w);
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kFixedThreads, SR == 4 ? 2 : 4)
                          scalar_t* __restrict__ out, Strides4 os, int32_t* __restrict__ argmax, int64_t K, int64_t N,
                          int64_t C, int H, int W, Params p, int groups) {
   static_assert(SR == 1 || SR == 2 || SR == 4, "the lanes of an output must divide a warp");
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   constexpr int kUnroll = 4 / SR;  // channels in flight per thread: 4 samples, 16 loads
   const int PW = static_cast<int>(p.pooled_w), bins = static_cast<int>(p.pooled_h * p.pooled_w);
   const int slots = bins * SR, items = groups * slots, padded = (items + 31) / 32 * 32;
@@ -239,7 +239,7 @@ void launch_fixed(const at::Tensor& x, const at::Tensor& rois, at::Tensor& out, 
 
 template <typename scalar_t, bool MAX>
 void launch_nchw(const at::Tensor& x, const at::Tensor& rois, at::Tensor& out, int32_t* argmax, const Params& p) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   // Fixed grids whose sample columns divide a warp; 3 x 3 (and adaptive) grids keep one thread per
   // output with a shared tap table.
   switch (p.sampling_ratio) {

@@ -10,22 +10,17 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ORBBEC_HD __host__ __device__ __forceinline__
-#elif defined(__GNUC__)
-// Inlined into the CPU row loop: called out of line, each pixel paid a call and a returned struct.
-#define ORBBEC_HD inline __attribute__((always_inline))
-#else
-#define ORBBEC_HD inline
-#endif
+#include "common/src/arith.h"
 
 namespace orbbec {
 namespace warpaffine {
 
 enum Interpolation : int64_t { kNearest = 0, kBilinear = 1, kBicubic = 2 };
-enum BorderMode : int64_t { kConstant = 0, kReplicate = 1, kReflect = 2, kReflect101 = 3, kWrap = 4 };
+// cv2.BORDER_* values, end to end: the Python API passes cv2's codes through unchanged.
+enum BorderMode : int64_t { kConstant = 0, kReplicate = 1, kReflect = 2, kWrap = 3, kReflect101 = 4 };
 
-// Per-channel constant border values travel by value in the kernel arguments.
+// Per-channel values (the constant border values, and the fused output's mean and std) travel by
+// value in the kernel arguments, so they are capped at this many channels.
 constexpr int kMaxBorderChannels = 64;
 struct BorderValues {
   double v[kMaxBorderChannels];
@@ -36,52 +31,6 @@ struct BorderValues {
 // Coordinates further than this from the image are treated like non-finite ones: the pixel gets
 // the constant border value whatever the border mode (documented in docs/warpaffine.md).
 constexpr double kMaxCoord = 1073741824.0;  // 2^30, so integer tap arithmetic cannot overflow
-
-// Correctly rounded add and multiply on both devices. nvcc would otherwise fuse a*b+c into an fma
-// on the GPU only, and CPU and CUDA results would differ in the last bit.
-ORBBEC_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-ORBBEC_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-ORBBEC_HD double add_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-ORBBEC_HD double mul_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-ORBBEC_HD float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-ORBBEC_HD double div_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
 
 // What happens to a sampled value on its way out (the fused output of warp_affine_fused):
 // out[c] = (v[c'] * scale - mean[c]) / std[c] with c' = C - 1 - c when channels are reversed
@@ -226,9 +175,9 @@ ORBBEC_HD void cubic_weight_derivs(acc_t t, acc_t d[4]) {
   d[3] = -(d[0] + d[1] + d[2]);
 }
 
-// One output pixel's taps: up to 4 x 4 source positions with their weights. The image is read
-// through `fetch(plane_offset_unused, ix, iy)`-style functors by the kernels; this struct only
-// holds where to read and how much each read counts.
+// One output pixel's taps: up to 4 x 4 source positions from (x0, y0) and the fractional position
+// that weights them. sample() reads them through a fetch(ix, iy) functor; this struct only says
+// where to read and how much each read counts.
 template <typename acc_t>
 struct Taps {
   int32_t x0, y0;   // first tap (|x0|, |y0| <= 2^30 + 1: coordinates pass coord_ok)
@@ -319,7 +268,8 @@ ORBBEC_HD void tap_weights(const Taps<acc_t>& t, acc_t w[16], acc_t dwx[16], acc
   }
 }
 
-// Where an out-of-image tap reads from in the backward pass: -1 when it reads the constant border.
+// Where a tap reads from in the backward pass: an out-of-image tap is mapped into the image by the
+// border mode (ix, iy updated); returns false when it reads the constant border instead.
 ORBBEC_HD bool resolve_tap(int64_t& ix, int64_t& iy, int64_t H, int64_t W, int64_t border_mode) {
   if (ix >= 0 && ix < W && iy >= 0 && iy < H) return true;
   if (border_mode == kConstant) return false;

@@ -12,9 +12,6 @@ namespace orbbec {
 namespace warpaffine {
 namespace forward_cuda {
 
-template <typename scalar_t>
-using acc_type = typename std::conditional<std::is_same<scalar_t, double>::value, double, float>::type;
-
 constexpr int kThreads = 256;
 
 // Forward thread layout. A warp covers 32 x 4 output pixels as kPx = 4 patches of 8 x 4; thread
@@ -41,8 +38,8 @@ struct ForwardParams {
   int64_t B, C, H, W, OH, OW;
   bool in_channels_last, out_channels_last;
   int64_t interp, border;
-  BorderValues bv;
-  OutputTransform ot;
+  BorderValues border_values;
+  OutputTransform transform;  // the fused output (off for a plain warp)
   float c3_border[3];  // the 3-channel uint8 kernel's border values per output channel (launch_c3 sets them)
 };
 
@@ -69,8 +66,8 @@ __device__ __forceinline__ float load_acc<float, uint8_t>(const uint8_t* p) {
 // Channel c's constant border value as the image type holds it (cv2 saturates it), in acc_t. On
 // the host too: launch_c3 converts its border values once (Store rounds alike on both sides).
 template <typename acc_t, typename in_t>
-__host__ __device__ __forceinline__ acc_t border_value(const BorderValues& bv, int64_t c) {
-  return static_cast<acc_t>(Store<in_t, double>::cast(bv[c]));
+__host__ __device__ __forceinline__ acc_t border_value(const BorderValues& values, int64_t c) {
+  return static_cast<acc_t>(Store<in_t, double>::cast(values[c]));
 }
 
 // A bilinear pixel whose taps q, q + dx, q + dy, q + dy + dx all lie in the image.

@@ -11,7 +11,6 @@ namespace orbbec {
 namespace warpaffine {
 namespace {
 
-using forward_cuda::acc_type;
 using forward_cuda::ForwardParams;
 using forward_cuda::ImageDesc;
 using forward_cuda::kThreads;
@@ -111,7 +110,7 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   const BorderValues bv = check_list_args(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   const int64_t B = static_cast<int64_t>(images.size()), C = images[0].size(2);
   const OutputTransform ot = check_output_args(C, out_dtype, mean, std, scale, reverse_channels);
-  for (const at::Tensor& im : images) check_image_size(im.size(2), im.size(0), im.size(1), "images");
+  for (const at::Tensor& im : images) check_image_size(im.size(2), im.size(0), im.size(1), "src");
   c10::cuda::CUDAGuard guard(images[0].device());
   std::vector<at::Tensor> contiguous;
   contiguous.reserve(images.size());

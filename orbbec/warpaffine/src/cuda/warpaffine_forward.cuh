@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const unsigned edge = ~inner & ((1u << npx) - 1u);  // pixels for the border-aware samplers
 
       for (int c = 0; c < C; ++c) {
-        const int cs = static_cast<int>(p.ot.source_channel(c, C));
+        const int cs = static_cast<int>(p.transform.source_channel(c, C));
         const in_t* plane = src + cs * sc;
         acc_t v[kPx];
         if (interp == kNearest) {
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           for (int k = 0; k < kPx; ++k) v[k] = bilinear_inner(plane + off[k], dx, dy, fx[k], fy[k]);
         }
         if (edge) {
-          const acc_t bval = border_value<acc_t, in_t>(p.bv, cs);
+          const acc_t bval = border_value<acc_t, in_t>(p.border_values, cs);
 #pragma unroll
           for (int k = 0; k < kPx; ++k) {
             if (!(edge >> k & 1u)) continue;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         const int o_step = p.out_channels_last ? kPatchW * C : kPatchW;
 #pragma unroll
         for (int k = 0; k < kPx; ++k) {
-          if (k < npx) o[k * o_step] = Store<out_t, acc_t>::cast(p.ot.apply(v[k], c));
+          if (k < npx) o[k * o_step] = Store<out_t, acc_t>::cast(p.transform.apply(v[k], c));
         }
       }
     }
@@ -119,8 +119,7 @@ void launch_tiles(void (*kernel)(ForwardParams, out_t*, const double*, int, int)
 }
 
 // Blocks per SM the register budget is cut for: 5 (51 registers) for the inline bilinear and
-// nearest paths, measured on the H100 against 4 and 6 (face 0.160 ms vs 0.191 and 0.184); 4 where
-// the out-of-line general sampler's call would spill more.
+// nearest paths (faster than 4 or 6); 4 where the out-of-line general sampler's call would spill more.
 template <typename in_t, typename out_t>
 void launch_forward(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
   if constexpr (std::is_same<in_t, uint8_t>::value) {

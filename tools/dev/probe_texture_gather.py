@@ -1,14 +1,15 @@
-"""Feasibility probe, run on the GPU machine (needs CuPy): `python tools/probe_texture_gather.py`.
+"""Feasibility probe, run on the GPU machine (needs CuPy): `python tools/dev/probe_texture_gather.py`.
 
+Finished experiment; what it found is in docs/dev/warpaffine.md ("Tried and rejected").
 Not part of orbbec: does the texture unit's 2x2 gather (tld4) fetch det's NCHW taps faster than
 orbbec's word loads? Det workload, first 32 images (a 2-D pitched texture holds at most 65,000
 rows: 32 x 3 x 640 = 61,440). One thread per output pixel; the blend is orbbec's (cv2's order), so
 inner pixels must equal orbbec's bit for bit; a plain byte-load kernel of the same shape is the
 baseline. Timed as groups of 10 back-to-back launches, like tools/timing.py.
 """
-import sys, numpy as np, torch, cupy as cp
+import os, sys, numpy as np, torch, cupy as cp
 from cupy.cuda import texture, runtime
-sys.path.insert(0, "tools")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from timing import cuda_time_ms
 from workloads import WARP_WORKLOADS, photos_bgr, forward_matrices
 from orbbec.warpaffine import warp_affine, invert_affine

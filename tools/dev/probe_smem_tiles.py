@@ -1,17 +1,19 @@
-"""Feasibility probe, run on the GPU machine (needs CuPy): `python tools/probe_smem_tiles.py`.
+"""Feasibility probe, run on the GPU machine (needs CuPy): `python tools/dev/probe_smem_tiles.py`.
 
+Finished experiment; what it found is in docs/dev/warpaffine.md ("Tried and rejected").
 Not part of orbbec: det NCHW uint8 with each block's source box staged in shared memory by 16-byte
-loads, then the taps read from there (the idea for det's L1-bound gathers, docs/warpaffine.md).
+loads, then the taps read from there (the idea for det's L1-bound gathers, docs/dev/warpaffine.md).
 The kernel computes inner pixels only (others are written as 0); where it wrote a nonzero value it
 must equal orbbec's bit for bit. Timed as groups of 10 back-to-back launches, like tools/timing.py.
 """
+import os
 import sys
 
 import cupy as cp
 import numpy as np
 import torch
 
-sys.path.insert(0, "tools")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from timing import cuda_time_ms  # noqa: E402
 from workloads import WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
 from orbbec.warpaffine import invert_affine, warp_affine  # noqa: E402
