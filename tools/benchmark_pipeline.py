@@ -148,7 +148,9 @@ def run_orbbec(workload, items, batch, seconds, workers):
     def step():
         b = next(it)
         return b["image"].shape[0]
-    return measure(step, seconds)
+    rate, cores = measure(step, seconds)
+    print("loader timing (s per batch):", loader.timing(), file=sys.stderr, flush=True)
+    return rate, cores
 
 
 def run_decode_only(workload, items, batch, seconds, workers):
@@ -392,6 +394,9 @@ def main():
                     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                     rows[label] = json.loads(line[-1][7:]) if line else \
                         {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+                    for x in proc.stderr.splitlines():
+                        if x.startswith("loader timing"):
+                            print(f"  {x}", flush=True)
                 except subprocess.TimeoutExpired:
                     rows[label] = {"error": "timed out"}
                 r = rows[label]

@@ -107,6 +107,7 @@ def steps(args, items, transform):
     from orbbec.data import GPULoader
 
     dev = torch.device("cuda")
+    ld = None
     model = getattr(torchvision.models, args.model)().to(dev, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scaler = torch.amp.GradScaler()
@@ -127,6 +128,7 @@ def steps(args, items, transform):
                 yield x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
 
     def orbbec():
+        nonlocal ld
         ld = GPULoader(items, args.batch_size, transform=transform, shuffle=True, drop_last=True,
                        num_workers=args.orbbec_workers, prefetch=3)
         while True:
@@ -134,8 +136,10 @@ def steps(args, items, transform):
                 yield x, y.to(dev, non_blocking=True)
 
     print(f"\nTraining steps: {args.model}, batch {args.batch_size}, AMP, channels_last")
-    for name, source in (("synthetic data on the GPU", synthetic), (f"DataLoader, {args.workers} workers", dataloader),
-                         (f"orbbec GPULoader, {args.orbbec_workers} workers", orbbec)):
+    modes = {"synthetic": ("synthetic data on the GPU", synthetic),
+             "dataloader": (f"DataLoader, {args.workers} workers", dataloader),
+             "orbbec": (f"orbbec GPULoader, {args.orbbec_workers} workers", orbbec)}
+    for name, source in (modes[m] for m in args.modes.split(",")):
         it = source()
         idle, n, t0 = [], 0, None
         for k in range(args.warmup + args.steps):
@@ -158,7 +162,9 @@ def steps(args, items, transform):
                 idle.append((time.perf_counter() - s) * 1e3 - start.elapsed_time(end))
                 n += x.shape[0]
         rate = n / (time.perf_counter() - t0)
-        print(f"  {name:34s} {rate:8,.0f} images/s   GPU idle {np.mean(idle):6.1f} ms per step")
+        print(f"  {name:34s} {rate:8,.0f} images/s   GPU idle {np.mean(idle):6.1f} ms per step", flush=True)
+        if source is orbbec and ld is not None:
+            print(f"    orbbec loader, seconds per batch: {ld.timing()}", flush=True)
 
 
 def main():
@@ -171,6 +177,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--skip-stages", action="store_true")
+    ap.add_argument("--modes", default="synthetic,dataloader,orbbec", help="which feeds of the training step to time")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)")
     args = ap.parse_args()
     if args.switch_interval:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -113,6 +114,7 @@ class GPULoader:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.epoch, self.batches_served, self.skipped = 0, 0, []
+        self._timing = _Timing()
         self._resume = False  # the next __iter__ continues the epoch (after load_state_dict)
         self._stream = None
         self._keys = _EpochKeys()
@@ -123,6 +125,13 @@ class GPULoader:
         self._reader = torch.utils.data.DataLoader(
             _Batches(self._cfg), batch_size=None, sampler=self._keys, num_workers=self.num_workers, collate_fn=_identity,
             prefetch_factor=self.prefetch if self.num_workers else None, persistent_workers=self.num_workers > 0)
+
+    def timing(self) -> dict:
+        """Where the loader's background thread spent its time so far (GPU path), in seconds per
+        batch: waiting for the workers, decoding (host time of decode_jpeg), decoding and augmenting
+        together, and waiting for the consumer to take a batch (prefetch queue full: the loader is
+        ahead). Large `workers` means more num_workers would help."""
+        return self._timing.summary()
 
     # DataLoader / DistributedSampler interface -------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -173,6 +182,7 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
     encoded = batch.buffers()
     pos = [i for i, e in enumerate(encoded) if e is not None]
     images = list(batch.decoded)
+    t0 = time.perf_counter()
     if pos:
         decoded = decode_jpeg([encoded[i] for i in pos], device=cfg.device, mode=cfg.mode, on_error="skip")
         for i, img in zip(pos, decoded):
@@ -188,6 +198,7 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
     batch.extra["rows"], batch.extra["bad"] = rows, [batch.indices[i] for i in bad]
     images = [images[i].to(cfg.device, non_blocking=True) if images[i].device != cfg.device else images[i]
               for i in rows]
+    batch.extra["decode_s"] = time.perf_counter() - t0
     if not rows:
         batch.images = None
     elif cfg.transform is None:
@@ -201,6 +212,20 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
         batch.images = cfg.transform.apply(images, params, border_value=cfg.border_value)
     if len(rows) < len(batch.indices):
         batch.targets = select_rows(batch, rows)
+
+
+class _Timing:
+    def __init__(self):
+        self.batches, self.totals = 0, [0.0, 0.0, 0.0, 0.0]
+
+    def add(self, *seconds):
+        self.batches += 1
+        self.totals = [a + b for a, b in zip(self.totals, seconds)]
+
+    def summary(self) -> dict:
+        n = max(self.batches, 1)
+        names = ("workers", "decode", "decode_and_augment", "consumer")
+        return {"batches": self.batches, **{k: v / n for k, v in zip(names, self.totals)}}
 
 
 class _Epoch:
@@ -263,15 +288,21 @@ class _CudaEpoch:
         try:
             torch.cuda.set_device(ld.device)
             with torch.cuda.stream(self.stream):
+                t = time.perf_counter()
                 for batch in self.reader:
                     if self.stop.is_set():
                         return
+                    t1 = time.perf_counter()
                     assemble(ld._cfg, batch)
                     _pin_and_move(batch, ld.device)
                     event = torch.cuda.Event()
                     event.record(self.stream)
+                    t2 = time.perf_counter()
                     if not self._put((batch, event)):
                         return
+                    t3 = time.perf_counter()
+                    ld._timing.add(t1 - t, batch.extra.get("decode_s", 0.0), t2 - t1, t3 - t2)
+                    t = t3
             self._put(_DONE)
         except BaseException as e:  # handed to the consumer, raised there
             self._put(e)
