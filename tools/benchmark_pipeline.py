@@ -177,6 +177,7 @@ def _dali_matrix(m):
 def run_dali(workload, items, batch, seconds, workers, hw_load=0.65):
     import nvidia.dali.fn as fn
     import nvidia.dali.types as types
+    from nvidia.dali import math as dmath
     from nvidia.dali import pipeline_def
     from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
@@ -206,7 +207,10 @@ def run_dali(workload, items, batch, seconds, workers, hw_load=0.65):
 
     @pipeline_def(batch_size=batch, num_threads=os.cpu_count(), device_id=0, prefetch_queue_depth=3)
     def pipe():
-        srcs = fn.external_source(source=source, num_outputs=outputs, batch=True)
+        if outputs == 1:
+            srcs = [fn.external_source(source=lambda: source()[0], batch=True)]
+        else:
+            srcs = fn.external_source(source=source, num_outputs=outputs, batch=True)
         jpegs = srcs[0]
         if workload.startswith("cls"):
             imgs = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB,
@@ -224,8 +228,8 @@ def run_dali(workload, items, batch, seconds, workers, hw_load=0.65):
             return out
         pts = fn.coord_transform(srcs[2].gpu(), MT=srcs[1])
         pts = fn.reshape(pts, shape=[-1, 4, 2])
-        lo = fn.math.clamp(fn.reductions.min(pts, axes=1), 0, 640)
-        hi = fn.math.clamp(fn.reductions.max(pts, axes=1), 0, 640)
+        lo = dmath.clamp(fn.reductions.min(pts, axes=1), 0, 640)
+        hi = dmath.clamp(fn.reductions.max(pts, axes=1), 0, 640)
         return out, fn.cat(lo, hi, axis=1)
 
     p = pipe()

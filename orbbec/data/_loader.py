@@ -261,8 +261,10 @@ class _Epoch:
 
 
 class _CudaEpoch:
-    """Runs assemble() for each batch on a background thread, on the loader's side stream, and hands the
-    results over to the consumer's current stream."""
+    """Two background threads: one takes the workers' batches off the DataLoader (unpickling, mapping
+    shared memory), the other runs assemble() on each, on the loader's side stream; the results are
+    handed over to the consumer's current stream. Two threads, so that receiving batch i+1 overlaps
+    with decoding batch i."""
 
     def __init__(self, loader: GPULoader, reader):
         self.loader, self.reader = loader, reader
@@ -270,18 +272,40 @@ class _CudaEpoch:
             loader._stream = torch.cuda.Stream(loader.device)
         self.stream = loader._stream
         self.queue: "queue.Queue" = queue.Queue(maxsize=loader.prefetch)
+        self.received: "queue.Queue" = queue.Queue(maxsize=2)
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._produce, name="orbbec-loader", daemon=True)
-        self.thread.start()
+        self.threads = [threading.Thread(target=self._receive, name="orbbec-loader-receive", daemon=True),
+                        threading.Thread(target=self._produce, name="orbbec-loader", daemon=True)]
+        for t in self.threads:
+            t.start()
 
-    def _put(self, item) -> bool:
+    def _put(self, item, q=None) -> bool:
+        q = self.queue if q is None else q
         while not self.stop.is_set():
             try:
-                self.queue.put(item, timeout=0.1)
+                q.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
+
+    def _receive(self):
+        try:
+            for batch in self.reader:
+                if not self._put(batch, self.received):
+                    return
+            self._put(_DONE, self.received)
+        except BaseException as e:  # handed on, raised in the consumer
+            self._put(e, self.received)
+
+    def _batches(self):
+        while True:
+            item = self.received.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
     def _produce(self):
         ld = self.loader
@@ -289,7 +313,7 @@ class _CudaEpoch:
             torch.cuda.set_device(ld.device)
             with torch.cuda.stream(self.stream):
                 t = time.perf_counter()
-                for batch in self.reader:
+                for batch in self._batches():
                     if self.stop.is_set():
                         return
                     t1 = time.perf_counter()
@@ -325,8 +349,9 @@ class _CudaEpoch:
 
     def close(self):
         self.stop.set()
-        if self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join(timeout=10)
+        for t in self.threads:
+            if t.is_alive() and threading.current_thread() is not t:
+                t.join(timeout=10)
 
 
 def _tensors(batch: HostBatch):
