@@ -194,13 +194,14 @@ def run_dali(workload, items, batch, seconds, workers, hw_load=0.65):
         if workload.startswith("cls"):
             return (jpegs,)
         p = draws(items, idx, workload, seed=state["i"])
-        mats = [_dali_matrix(m) for m in p.matrices.numpy()]
+        mats = [np.ascontiguousarray(_dali_matrix(m)) for m in p.matrices.numpy()]
         if workload == "face":
             return jpegs, mats
         corners = []
         for i in idx:
             b = items[i]["boxes"]
-            corners.append(np.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [0, 3]], b[:, [2, 3]]], 1).reshape(-1, 2))
+            corners.append(np.ascontiguousarray(
+                np.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [0, 3]], b[:, [2, 3]]], 1).reshape(-1, 2), np.float32))
         return jpegs, mats, corners
 
     outputs = {"cls": 1, "face": 2, "det": 3}[workload.split("-")[0]]
