@@ -231,7 +231,7 @@ def run_dali(workload, items, batch, seconds, workers, hw_load=0.65):
         pts = fn.reshape(pts, shape=[-1, 4, 2])
         lo = dmath.clamp(fn.reductions.min(pts, axes=1), 0, 640)
         hi = dmath.clamp(fn.reductions.max(pts, axes=1), 0, 640)
-        return out, fn.cat(lo, hi, axis=1)
+        return out, fn.pad(fn.cat(lo, hi, axis=1), fill_value=0)  # padded: the iterator needs a dense batch
 
     p = pipe()
     p.build()

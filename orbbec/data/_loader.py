@@ -269,7 +269,9 @@ class _CudaEpoch:
     def __init__(self, loader: GPULoader, reader):
         self.loader, self.reader = loader, reader
         if loader._stream is None:
-            loader._stream = torch.cuda.Stream(loader.device)
+            # High priority: the decoder's kernels and copies are short and the training step waits
+            # for them; behind a step's long kernels they would stretch the decode of every batch.
+            loader._stream = torch.cuda.Stream(loader.device, priority=-1)
         self.stream = loader._stream
         self.queue: "queue.Queue" = queue.Queue(maxsize=loader.prefetch)
         self.received: "queue.Queue" = queue.Queue(maxsize=2)
