@@ -25,35 +25,43 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 
 
-def jpeg_items(data_dir):
+def jpeg_items(data_dir, images=None):
     if data_dir:
         classes = sorted(d for d in os.listdir(data_dir) if os.path.isdir(os.path.join(data_dir, d)))
         return [(os.path.join(data_dir, c, f), k) for k, c in enumerate(classes)
                 for f in sorted(os.listdir(os.path.join(data_dir, c))) if f.lower().endswith((".jpg", ".jpeg"))]
     from workloads import jpeg_set
 
-    return [(f, i % 1000) for i, f in enumerate(jpeg_set("jpeg-500x375"))]
+    return [(f, i % 1000) for i, f in enumerate(jpeg_set("jpeg-500x375", images))]
+
+
+def tiny_cnn():
+    """--arch tiny: a small CNN for smoke runs (CI), same loop otherwise."""
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(3, 16, 3, stride=4), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=4), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 1000))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", choices=["orbbec", "synthetic"], default="orbbec")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--arch", default="resnet50")
+    ap.add_argument("--arch", default="resnet50", help="a torchvision.models name, or 'tiny' (smoke runs)")
     ap.add_argument("--batch-size", type=int, default=256, help="per GPU")
     ap.add_argument("--steps", type=int, default=100, help="training steps to run (after --warmup)")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--images", type=int, default=None, help="use the first N images of the built-in set")
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--save-every", type=int, default=50)
     args = ap.parse_args()
 
-    import torchvision
-
     import orbbec.augment as A
     from orbbec.data import GPULoader
 
+    if args.arch != "tiny":
+        import torchvision
     distributed = "RANK" in os.environ
     if distributed:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
@@ -63,7 +71,8 @@ def main():
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True
-    model = getattr(torchvision.models, args.arch)(num_classes=1000).to(device, memory_format=torch.channels_last)
+    model = tiny_cnn() if args.arch == "tiny" else getattr(torchvision.models, args.arch)(num_classes=1000)
+    model = model.to(device, memory_format=torch.channels_last)
     if distributed:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if device.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
@@ -72,7 +81,7 @@ def main():
 
     transform = A.Compose([A.RandomResizedCrop(224), A.RandomHorizontalFlip(),
                            A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
-    loader = GPULoader(jpeg_items(args.data_dir), args.batch_size, transform=transform, shuffle=True, drop_last=True,
+    loader = GPULoader(jpeg_items(args.data_dir, args.images), args.batch_size, transform=transform, shuffle=True, drop_last=True,
                        num_workers=args.workers, prefetch=3, seed=args.seed, device=device)
     step = 0
     if args.checkpoint and os.path.exists(args.checkpoint):
