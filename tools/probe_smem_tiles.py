@@ -5,6 +5,11 @@ loads, then the taps read from there (the idea for det's L1-bound gathers, docs/
 The kernel computes inner pixels only (others are written as 0); where it wrote a nonzero value it
 must equal orbbec's bit for bit. Timed as groups of 10 back-to-back launches, like tools/timing.py.
 """
+import argparse
+
+# Arguments first: --help works without CuPy or a GPU.
+argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+
 import sys
 
 import cupy as cp
