@@ -21,6 +21,7 @@ from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomRe
                         Resize)
 from ._random import sample_rng
 from ._targets import transform_boxes, transform_keypoints
+from ..common import ArgumentError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -52,14 +53,14 @@ class Compose:
         self.geometric = [t for t in transforms if not isinstance(t, Normalize)]
         norms = [t for t in transforms if isinstance(t, Normalize)]
         if len(norms) > 1 or (norms and transforms[-1] is not norms[0]):
-            raise ValueError("Compose: Normalize, if given, must be the last transform (it is fused into the warp)")
+            raise ArgumentError("Compose: Normalize, if given, must be the last transform (it is fused into the warp)")
         self.normalize: Optional[Normalize] = norms[0] if norms else None
 
     def draw(self, sizes: Sequence[Tuple[int, int]], indices: Sequence[int], *, epoch: int = 0,
              seed: int = 0) -> Params:
         """Parameters for images of the given (height, width), sample indices `indices`."""
         if len(sizes) != len(indices):
-            raise ValueError(f"Compose.draw: {len(sizes)} sizes but {len(indices)} indices")
+            raise ArgumentError(f"Compose.draw: {len(sizes)} sizes but {len(indices)} indices")
         mats, samples, out = [], [], None
         for (h, w), index in zip(sizes, indices):
             rng = sample_rng(seed, epoch, index)
@@ -69,7 +70,7 @@ class Compose:
                 m = step @ m
                 info.update({f"{type(t).__name__}.{k}": v for k, v in p.items()})
             if out is not None and size != out:
-                raise ValueError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
+                raise ArgumentError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
                                  "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), CenterCrop)")
             out = size
             mats.append(m[:2])
