@@ -41,8 +41,9 @@ else
   TORCH_VERSION=$("$PY" -c "import torch; print(torch.__version__)")
 fi
 # Keep the installed torch whatever the other requirements say (-c: a constraint, not a request).
+# The distribution's version, not torch.__version__: PyPI's wheel says 2.14.1, its torch 2.14.1+cu130.
 TORCH_CONSTRAINT=$(mktemp); trap 'rm -f "$TORCH_CONSTRAINT"' EXIT
-echo "torch==$TORCH_VERSION" > "$TORCH_CONSTRAINT"
+"$PY" -c "import importlib.metadata as m; print('torch==' + m.version('torch'))" > "$TORCH_CONSTRAINT"
 step "build and test requirements"
 pip install -c "$TORCH_CONSTRAINT" -r requirements/build.txt -r requirements/runtime.txt -r requirements/tests.txt
 
