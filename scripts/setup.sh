@@ -70,7 +70,9 @@ step "building orbbec with $MAX_JOBS compile jobs (pip install --no-build-isolat
 mkdir -p build; LOG=build/setup-build.log
 pip install -v --no-build-isolation --no-deps -e . > "$LOG" 2>&1 < /dev/null &
 BUILD_PID=$!
-tail -n +1 -f "$LOG" --pid=$BUILD_PID | grep -E --line-buffered "^\[[0-9]+/[0-9]+\]|^orbbec:" || true
+# (pip -v indents the backend's output; a step shows as "[3/10] orbbec/nms/src/cpu/nms_cpu.cpp")
+tail -n +1 -f "$LOG" --pid=$BUILD_PID \
+  | sed -nEu 's#^ *(\[[0-9]+/[0-9]+\]) .* -c ([^ ]+\.(cpp|cu)) .*#\1 \2#p; s#^ *(orbbec: .*)#\1#p' || true
 if ! wait $BUILD_PID; then tail -60 "$LOG"; echo "setup: the build failed (whole log: $LOG)"; exit 1; fi
 "$PY" -c "import orbbec; print('orbbec built:', 'CUDA ' + orbbec.get_compiling_cuda_version() if orbbec.with_cuda() else 'CPU only', '|', orbbec.get_compiler_version())"
 
