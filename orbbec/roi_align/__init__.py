@@ -115,6 +115,11 @@ def roi_align(
         Gradients flow to ``input``; under ``torch.use_deterministic_algorithms(True)`` the CUDA
         backward is bitwise reproducible.
     """
+    if isinstance(input, torch.fx.Proxy):
+        # Traced through a name torch.fx.wrap did not patch (imported into another module): record
+        # the call as one node all the same.
+        return input.tracer.create_proxy("call_function", _ROI_ALIGN, (input, boxes, output_size, spatial_scale,
+                                                                       sampling_ratio, aligned, pool_mode), {})
     if not isinstance(input, Tensor):
         raise ArgumentTypeError(f"orbbec: 'input' must be a torch.Tensor, got {type(input).__name__}")
     check_not_quantized(input, "input", "orbbec.roi_align")
@@ -133,6 +138,9 @@ def roi_align(
         out = call_op(torch.ops.orbbec.roi_align, _autocast_float32(input), _autocast_float32(rois), *args)
         return out.to(input.dtype)
     return call_op(torch.ops.orbbec.roi_align, input, rois, *args)
+
+
+_ROI_ALIGN = roi_align  # the function itself: while tracing, the name roi_align is fx.wrap's patch
 
 
 class RoIAlign(nn.Module):

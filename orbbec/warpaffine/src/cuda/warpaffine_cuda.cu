@@ -1,5 +1,7 @@
 // CUDA entry points of warp_affine (argument checks, launches) and the backward kernel. The
 // forward kernel is in warpaffine_forward.cuh.
+#include <algorithm>
+
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -129,7 +131,7 @@ static at::Tensor device_desc_table(const std::vector<at::Tensor>& images, c10::
       chunk.d[i] = {static_cast<const unsigned char*>(im.data_ptr()), im.size(0), im.size(1)};
     }
     fill_descs_kernel<<<1, kDescsPerFill, 0, stream>>>(out + first, chunk, n);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    ORBBEC_LAUNCH_CHECK();
   }
   return table;
 }
