@@ -5,11 +5,16 @@ import glob
 import os
 import subprocess
 import sys
-import sysconfig
 
-from setuptools import Command, find_packages, setup
+from setuptools import setup
 
-import torch
+try:
+    import torch
+except ImportError:
+    # pip hides a bare traceback from the build backend behind "metadata-generation-failed".
+    sys.exit("orbbec: building needs torch in the build environment, and it must be the torch you will run "
+             "with (the extension is compiled against its C++ ABI). Install torch first, then build with "
+             "`pip install --no-build-isolation .` (docs/building.md).")
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, CUDA_HOME
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -81,29 +86,6 @@ class BuildExt(BuildExtension.with_options(use_ninja=True)):
         self.parallel = None
 
 
-class Develop(Command):
-    """`python setup.py develop`: build the extensions in place and put this checkout on sys.path.
-    (setuptools 80 turned `develop` into an isolated `pip install -e .`, whose build environment
-    has no torch.) `pip install --no-build-isolation -e .` is the usual way."""
-
-    description = "build in place and add this checkout to sys.path"
-    user_options = []
-
-    def initialize_options(self):
-        pass
-
-    def finalize_options(self):
-        pass
-
-    def run(self):
-        build_ext = self.distribution.get_command_obj("build_ext")
-        build_ext.inplace = 1
-        self.run_command("build_ext")
-        site_packages = sysconfig.get_paths()["purelib"]
-        with open(os.path.join(site_packages, "orbbec-develop.pth"), "w") as f:
-            f.write(ROOT + "\n")
-        print(f"orbbec: built in place; {ROOT} added to sys.path via {site_packages}/orbbec-develop.pth")
-
 
 def extensions():
     with_cuda = _want_cuda()
@@ -140,9 +122,12 @@ def extensions():
                            extra_compile_args={"cxx": cxx}, extra_link_args=["-fopenmp"])
     exts = [ext]
     opencv = _opencv_flags()
-    if opencv is not None:
+    try:
         import pybind11
-
+    except ImportError:  # an install without build isolation that lacks it: build the rest
+        pybind11 = opencv = None
+        print("orbbec: pybind11 not installed; affine_opencv is not built", file=sys.stderr)
+    if opencv is not None:
         inc, libdirs, libs = opencv
         exts.append(CppExtension(
             "orbbec.warpaffine._opencv",
@@ -152,18 +137,25 @@ def extensions():
             libraries=libs,
             extra_compile_args={"cxx": ["-O3", "-std=c++20"]},
         ))
-    else:
+    elif pybind11 is not None:
         print("orbbec: OpenCV C++ headers not found (pkg-config opencv4); affine_opencv is not built", file=sys.stderr)
     return exts
 
 
+def _torch_requirement():
+    # orbbec._C loads only with the torch it was compiled against (orbbec/_library.py checks), so the
+    # package pins that release; a local label such as +cpu is left out, so "==2.13.0" also
+    # accepts 2.13.0+cpu.
+    if "pip-build-env-" in torch.__file__:
+        print(f"orbbec: WARNING: building against torch {torch.__version__} of an isolated build environment; "
+              "the result loads only with that torch. Use `pip install --no-build-isolation .` to build "
+              "against the torch you have.", file=sys.stderr)
+    return f"torch=={torch.__version__.split('+')[0]}"
+
+
 setup(
-    name="orbbec",
-    version="0.1.0",
-    description="GPU data augmentation ops for PyTorch: warp affine, NMS, RoIAlign",
-    packages=find_packages(include=["orbbec", "orbbec.*"]),
     ext_modules=extensions(),
-    cmdclass={"build_ext": BuildExt, "develop": Develop},
-    python_requires=">=3.9",
+    install_requires=[_torch_requirement(), "numpy"],
+    cmdclass={"build_ext": BuildExt},
     zip_safe=False,
 )

@@ -9,8 +9,9 @@ Ops (each in its own subpackage, registered as torch.ops.orbbec.*):
 Every op runs on CPU and, when built with CUDA, on the GPU of its inputs.
 """
 from ._library import get_compiler_version, get_compiling_cuda_version, with_cuda  # noqa: F401  (loads _C)
+from .common import ArgumentError, ArgumentTypeError  # noqa: F401
 
 from . import augment, io, nms, roi_align, warpaffine  # noqa: E402,F401
 
 __version__ = "0.1.0"
-__all__ = ["augment", "io", "warpaffine", "nms", "roi_align", "get_compiler_version", "get_compiling_cuda_version", "with_cuda"]
+__all__ = ["ArgumentError", "ArgumentTypeError", "augment", "io", "warpaffine", "nms", "roi_align", "get_compiler_version", "get_compiling_cuda_version", "with_cuda"]

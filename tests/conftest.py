@@ -12,6 +12,17 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, re
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason=CUDA_SKIP_REASON)
 
 
+def torchvision_or_skip():
+    """torchvision, or a visible skip saying why: not installed, or installed but not loadable
+    with this torch (PyPI's CUDA torchvision beside a +cpu torch fails at import with RuntimeError,
+    which pytest.importorskip does not catch)."""
+    try:
+        import torchvision.ops
+    except Exception as exc:  # noqa: BLE001  (any failure to load means: no comparison here)
+        pytest.skip(f"torchvision comparison: torchvision not usable with torch {torch.__version__} ({exc})")
+    return torchvision.ops
+
+
 def sample_photos(size=None):
     """scikit-image's astronaut, chelsea, coffee, rocket as BGR uint8 HWC arrays (docs/workloads.md),
     image i rolled horizontally by 37*i pixels; resized to size=(h, w) with cv2.INTER_LINEAR if given."""

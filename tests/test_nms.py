@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEVICES, requires_cuda
+from conftest import DEVICES, requires_cuda, torchvision_or_skip
 from orbbec.nms import batched_nms, nms, soft_nms
 
 F32 = np.float32
@@ -351,13 +351,13 @@ def test_cuda_many_boxes_removed_bitset_in_global_memory():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [1000, 10000])
 def test_matches_torchvision(device, n):
-    tv = pytest.importorskip("torchvision")
+    tv_ops = torchvision_or_skip()
     boxes, scores = workload_boxes(n)
     boxes, scores = boxes.to(device), scores.to(device)
-    ours, theirs = nms(boxes, scores, 0.5), tv.ops.nms(boxes, scores, 0.5)
+    ours, theirs = nms(boxes, scores, 0.5), tv_ops.nms(boxes, scores, 0.5)
     assert set(as_list(ours)) == set(as_list(theirs))
     idxs = torch.randint(0, 80, (n,), generator=torch.Generator().manual_seed(n)).to(device)
-    ours, theirs = batched_nms(boxes, scores, idxs, 0.5), tv.ops.batched_nms(boxes, scores, idxs, 0.5)
+    ours, theirs = batched_nms(boxes, scores, idxs, 0.5), tv_ops.batched_nms(boxes, scores, idxs, 0.5)
     assert set(as_list(ours)) == set(as_list(theirs))
 
 

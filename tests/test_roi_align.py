@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEVICES, requires_cuda
+from conftest import DEVICES, requires_cuda, torchvision_or_skip
 from orbbec.roi_align import RoIAlign, roi_align
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10, torch.float16: 1e-3, torch.bfloat16: 1e-2}
@@ -453,13 +453,13 @@ def test_torch_compile_fullgraph(device):
 @pytest.mark.parametrize("aligned", [False, True])
 @pytest.mark.parametrize("sampling_ratio", [2, 0])
 def test_matches_torchvision(device, dtype, aligned, sampling_ratio):
-    tv = pytest.importorskip("torchvision")
+    tv_ops = torchvision_or_skip()
     x = features((2, 16, 20, 24), dtype, device)
     rois = make_rois(2, (20, 24), 0.25, 40, dtype, device)
     g = torch.randn(rois.shape[0], 16, 5, 4, dtype=dtype, device=device)
     out, gx = _forward_backward(x, rois, g, (5, 4), 0.25, sampling_ratio, aligned)
     xt = x.detach().requires_grad_()
-    out_tv = tv.ops.roi_align(xt, rois, (5, 4), 0.25, sampling_ratio, aligned)
+    out_tv = tv_ops.roi_align(xt, rois, (5, 4), 0.25, sampling_ratio, aligned)
     (gx_tv,) = torch.autograd.grad(out_tv, xt, g)
     close(out, out_tv, dtype)
     close(gx, gx_tv, dtype)

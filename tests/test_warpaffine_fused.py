@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEVICES, sample_photos
+from conftest import DEVICES, requires_cuda, sample_photos
 from orbbec.warpaffine import warp_affine
 from warp_reference import random_matrix
 
@@ -167,3 +167,30 @@ def test_opcheck_fused_and_list(device):
     imgs, Ml = _decoded_list(device)
     torch.library.opcheck(torch.ops.orbbec.warp_affine_list.default,
                           (imgs[:3], Ml[:3], 8, 10, 1, 3, [0.0], torch.float16, [], [], 1.0, False, False))
+
+
+@requires_cuda
+def test_list_warp_replays_in_a_cuda_graph():
+    """The list warp's descriptor table is captured with the graph (not read on replay from a pinned
+    host buffer that the host allocator has since handed out again)."""
+    g = torch.Generator().manual_seed(5)
+    imgs = [torch.randint(0, 200, (h, w, 3), generator=g, dtype=torch.uint8).cuda() for h, w in [(30, 40), (25, 33), (41, 20)]]
+    M = torch.tensor([[0.9, -0.2, 3.0], [0.2, 0.9, -2.0]], dtype=torch.float64, device="cuda").expand(3, 2, 3)
+
+    def run():
+        return warp_affine(imgs, M, (24, 17), out_dtype=torch.float32, mean=[1.0, 2.0, 3.0])
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()  # warm-up outside the capture, as torch.cuda.graphs asks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    churn = [torch.full((1 << 16,), 255, dtype=torch.uint8).pin_memory() for _ in range(16)]
+    for im in imgs:
+        im.add_(7)  # new pixels at the same addresses
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, run()) and len(churn) == 16

@@ -26,8 +26,6 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import cuda_time_ms, emit_table, host_time_ms  # noqa: E402
 
-import orbbec  # noqa: E402
-from orbbec.nms import batched_nms, nms
 
 try:
     import torchvision
@@ -118,6 +116,10 @@ def main() -> int:
     p.add_argument("--cpu-reps", type=int, default=5, help="timed CPU runs")
     p.add_argument("--out", help="write the markdown table to this file")
     args = p.parse_args()
+    # orbbec after the arguments: --help works where orbbec is not built
+    global orbbec, batched_nms, nms
+    import orbbec
+    from orbbec.nms import batched_nms, nms
     if args.reps < 20:
         p.error("--reps must be at least 20")
 

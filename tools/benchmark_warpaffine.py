@@ -23,8 +23,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import cuda_time_ms, emit_table, host_time_ms  # noqa: E402
 from workloads import VARSIZE_SHAPES, WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
 
-import orbbec  # noqa: E402
-from orbbec.warpaffine import invert_affine, warp_affine  # noqa: E402
 
 
 def copy_bandwidth_gbs(reps: int) -> float:
@@ -180,6 +178,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="orbbec's rows only (no peers): a minute, to compare builds of the kernels")
     args = parser.parse_args()
+    # orbbec after the arguments: --help works where orbbec is not built
+    global orbbec, invert_affine, warp_affine
+    import orbbec
+    from orbbec.warpaffine import invert_affine, warp_affine
     if not torch.cuda.is_available():
         sys.exit("benchmark_warpaffine: needs a CUDA device")
     import cv2

@@ -21,7 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import emit_table, host_time_ms  # noqa: E402
 from workloads import WARP_WORKLOADS, forward_matrices, photos_bgr  # noqa: E402
 
-from orbbec.warpaffine import warp_affine  # noqa: E402
 
 
 def median_seconds(fn, reps):
@@ -35,6 +34,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    # orbbec after the arguments: --help works where orbbec is not built
+    global warp_affine
+    from orbbec.warpaffine import warp_affine
     import cv2
 
     B, (H, W), (OH, OW) = WARP_WORKLOADS[args.workload]

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build, CUDA tests, compute-sanitizer, benchmarks. Logs go to $OUT.
 # Usage: bash tools/gpu_check.sh "<pytest -k expression for the sanitizer run>" <benchmark commands...>
+# Builds in place (python setup.py build_ext --inplace, TORCH_CUDA_ARCH_LIST=9.0, MAX_JOBS default 16),
+# runs the whole test suite (PYTEST_N=8: with pytest-xdist), then the sanitizer on the -k selection
+# (SANITIZER_TIMEOUT s, default 400; "" skips it), then each further argument as a shell command.
 set -uo pipefail
+case "${1:-}" in -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -23,6 +23,7 @@ from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomRe
                         Resize)
 from ._random import sample_rng
 from ._targets import transform_boxes, transform_keypoints, transform_landmarks
+from ..common import ArgumentError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -68,7 +69,7 @@ class Compose:
         transforms = list(transforms)
         norms = [t for t in transforms if isinstance(t, Normalize)]
         if len(norms) > 1 or (norms and transforms[-1] is not norms[0]):
-            raise ValueError("Compose: Normalize, if given, must be the last transform (it is fused into the warp)")
+            raise ArgumentError("Compose: Normalize, if given, must be the last transform (it is fused into the warp)")
         self.normalize: Optional[Normalize] = norms[0] if norms else None
         self.photometric = [t for t in transforms if is_photometric(t)]
         self.geometric = [t for t in transforms if not is_photometric(t) and not isinstance(t, Normalize)]
@@ -85,9 +86,9 @@ class Compose:
         """Parameters for images of the given (height, width), sample indices `indices`. `targets`
         (one dict per sample, or None) feeds transforms that need them (AlignFaces: "landmarks")."""
         if len(sizes) != len(indices):
-            raise ValueError(f"Compose.draw: {len(sizes)} sizes but {len(indices)} indices")
+            raise ArgumentError(f"Compose.draw: {len(sizes)} sizes but {len(indices)} indices")
         if targets is not None and len(targets) != len(sizes):
-            raise ValueError(f"Compose.draw: {len(sizes)} sizes but {len(targets)} targets")
+            raise ArgumentError(f"Compose.draw: {len(sizes)} sizes but {len(targets)} targets")
         mats, samples, out = [], [], None
         for k, ((h, w), index) in enumerate(zip(sizes, indices)):
             rng = sample_rng(seed, epoch, index)
@@ -102,7 +103,7 @@ class Compose:
             for t in self.photometric:
                 info[type(t).__name__] = t.draw(rng)
             if out is not None and size != out:
-                raise ValueError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
+                raise ArgumentError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
                                  "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), CenterCrop)")
             out = size
             mats.append(m[:2])

@@ -11,6 +11,7 @@ import math
 from typing import Sequence, Tuple, Union
 
 import numpy as np
+from ..common import ArgumentError
 
 Size = Tuple[int, int]  # (height, width)
 
@@ -20,7 +21,7 @@ def _pair(v, name) -> Size:
         return (v, v)
     v = tuple(int(x) for x in v)
     if len(v) != 2 or min(v) <= 0:
-        raise ValueError(f"{name}: expected an int or (height, width) > 0, got {v}")
+        raise ArgumentError(f"{name}: expected an int or (height, width) > 0, got {v}")
     return v
 
 
@@ -118,7 +119,7 @@ def _range(v, name, center=0.0):
         return (center, center)
     if isinstance(v, (int, float)):
         if v < 0:
-            raise ValueError(f"{name}: must be >= 0, got {v}")
+            raise ArgumentError(f"{name}: must be >= 0, got {v}")
         return (center - v, center + v)
     return (float(v[0]), float(v[1]))
 

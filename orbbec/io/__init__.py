@@ -20,6 +20,7 @@ import torch
 from .._library import _C
 from ._buffers import JpegDecodeError, as_buffer, orient
 from . import _cpu
+from ..common import ArgumentError
 
 __all__ = ["decode_jpeg", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads"]
 
@@ -64,25 +65,25 @@ def decode_jpeg(
     single = not isinstance(data, (list, tuple))
     items = [data] if single else list(data)
     if mode not in _MODES:
-        raise ValueError(f"decode_jpeg: mode must be one of {sorted(_MODES)}, got {mode!r}")
+        raise ArgumentError(f"decode_jpeg: mode must be one of {sorted(_MODES)}, got {mode!r}")
     if on_error not in ("raise", "skip"):
-        raise ValueError(f"decode_jpeg: on_error must be 'raise' or 'skip', got {on_error!r}")
+        raise ArgumentError(f"decode_jpeg: on_error must be 'raise' or 'skip', got {on_error!r}")
     buffers = [as_buffer(x, i, single) for i, x in enumerate(items)]
     rois = _per_image(roi, len(items), "roi", single, default=None)
     reduces = _per_image(reduce, len(items), "reduce", single, default=1)
     for i, r in enumerate(reduces):
         if r not in (1, 2, 4, 8):
-            raise ValueError(f"decode_jpeg: reduce{'' if single else f'[{i}]'} must be 1, 2, 4 or 8, got {r!r}")
+            raise ArgumentError(f"decode_jpeg: reduce{'' if single else f'[{i}]'} must be 1, 2, 4 or 8, got {r!r}")
     dev = torch.device(device)
     if dev.type == "cpu":
         images, errors = _cpu.decode(buffers, mode, reduces, rois, apply_exif_orientation, threads)
     elif dev.type == "cuda":
         if any(r != 1 for r in reduces):
-            raise ValueError("decode_jpeg: reduce is supported with device='cpu' only; on the GPU, decode "
+            raise ArgumentError("decode_jpeg: reduce is supported with device='cpu' only; on the GPU, decode "
                              "whole images (or a roi) and resize with orbbec.warpaffine")
         images, errors = _decode_cuda(buffers, mode, rois, apply_exif_orientation, dev)
     else:
-        raise ValueError(f"decode_jpeg: device must be 'cpu' or a CUDA device, got {device!r}")
+        raise ArgumentError(f"decode_jpeg: device must be 'cpu' or a CUDA device, got {device!r}")
     bad = [i for i, e in enumerate(errors) if e]
     if bad and on_error == "raise":
         i = bad[0]
@@ -99,7 +100,7 @@ def _per_image(value, n, name, single, default):
         return [value] * n
     value = list(value)
     if len(value) != n:
-        raise ValueError(f"decode_jpeg: {name} must give one entry per image ({n}), got {len(value)}")
+        raise ArgumentError(f"decode_jpeg: {name} must give one entry per image ({n}), got {len(value)}")
     return [default if v is None else v for v in value]
 
 

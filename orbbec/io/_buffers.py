@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import torch
+from ..common import ArgumentError, ArgumentTypeError
 
 
 class JpegDecodeError(ValueError, RuntimeError):
@@ -23,15 +24,15 @@ def as_buffer(x, i: int, single: bool):
         return x
     if isinstance(x, torch.Tensor):
         if x.dtype != torch.uint8 or x.dim() != 1:
-            raise ValueError(f"decode_jpeg: {where} must be a 1-D uint8 tensor, got {x.dtype} of shape {tuple(x.shape)}")
+            raise ArgumentError(f"decode_jpeg: {where} must be a 1-D uint8 tensor, got {x.dtype} of shape {tuple(x.shape)}")
         return x.detach().cpu().contiguous().numpy()
     if isinstance(x, np.ndarray):
         if x.dtype != np.uint8 or x.ndim != 1:
-            raise ValueError(f"decode_jpeg: {where} must be a 1-D uint8 array, got {x.dtype} of shape {x.shape}")
+            raise ArgumentError(f"decode_jpeg: {where} must be a 1-D uint8 array, got {x.dtype} of shape {x.shape}")
         return np.ascontiguousarray(x)
     if isinstance(x, (str, os.PathLike)):
-        raise TypeError(f"decode_jpeg: {where} is a path; pass its bytes (orbbec.io.read_file(path))")
-    raise TypeError(f"decode_jpeg: {where} must be bytes, a 1-D uint8 numpy array or tensor, got {type(x).__name__}")
+        raise ArgumentTypeError(f"decode_jpeg: {where} is a path; pass its bytes (orbbec.io.read_file(path))")
+    raise ArgumentTypeError(f"decode_jpeg: {where} must be bytes, a 1-D uint8 numpy array or tensor, got {type(x).__name__}")
 
 
 def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ or compute the matrices on the CPU.
 from __future__ import annotations
 
 import torch
+from ..common import ArgumentError
 
 # insightface's 5-point ArcFace template for 112 x 112 crops (eyes, nose, mouth corners).
 ARCFACE_TEMPLATE_112 = (
@@ -24,7 +25,7 @@ def _points(p, name: str, min_points: int) -> torch.Tensor:
     if not isinstance(p, torch.Tensor):
         p = torch.as_tensor(p, dtype=torch.float64)
     if p.dim() < 2 or p.shape[-1] != 2 or p.shape[-2] < min_points:
-        raise ValueError(f"orbbec: '{name}' must have shape [..., N, 2] with N >= {min_points}, got {tuple(p.shape)}")
+        raise ArgumentError(f"orbbec: '{name}' must have shape [..., N, 2] with N >= {min_points}, got {tuple(p.shape)}")
     if not p.is_floating_point():
         p = p.to(torch.float64)
     return p.to(torch.float64)
@@ -38,7 +39,7 @@ def invert_affine(M: torch.Tensor) -> torch.Tensor:
     """Inverse of affine matrices [..., 2, 3] in float64, as cv2.invertAffineTransform (a singular
     matrix gives zeros, as in cv2)."""
     if not isinstance(M, torch.Tensor) or M.dim() < 2 or tuple(M.shape[-2:]) != (2, 3):
-        raise ValueError("orbbec: 'M' must be a tensor of shape [..., 2, 3]")
+        raise ArgumentError("orbbec: 'M' must be a tensor of shape [..., 2, 3]")
     M = M.to(torch.float64)
     if not (M.requires_grad and torch.is_grad_enabled()):
         # One kernel (the same arithmetic, bit for bit); the formula below keeps autograd.
@@ -59,7 +60,7 @@ def get_affine_transform(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     src, dst [..., 3, 2] -> [..., 2, 3] float64."""
     src, dst = _points(src, "src", 3), _points(dst, "dst", 3).to(src.device)
     if src.shape[-2] != 3 or dst.shape[-2] != 3:
-        raise ValueError("orbbec: get_affine_transform takes exactly 3 point pairs; use estimate_affine for more")
+        raise ArgumentError("orbbec: get_affine_transform takes exactly 3 point pairs; use estimate_affine for more")
     return torch.linalg.solve(_homogeneous(src), dst).transpose(-1, -2)
 
 
@@ -68,7 +69,7 @@ def estimate_affine(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     ``M = ((S^T S)^-1 S^T dst)^T`` with ``S = [src | 1]`` (the normal equations)."""
     src, dst = _points(src, "src", 3), _points(dst, "dst", 3).to(src.device)
     if src.shape[-2] != dst.shape[-2]:
-        raise ValueError(f"orbbec: 'src' and 'dst' must hold as many points, got {src.shape[-2]} and {dst.shape[-2]}")
+        raise ArgumentError(f"orbbec: 'src' and 'dst' must hold as many points, got {src.shape[-2]} and {dst.shape[-2]}")
     S = _homogeneous(src)
     St = S.transpose(-1, -2)
     return torch.linalg.solve(St @ S, St @ dst).transpose(-1, -2)
@@ -80,7 +81,7 @@ def estimate_similarity(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     batched: src, dst [..., N, 2] -> [..., 2, 3] float64. Reflections are excluded."""
     src, dst = _points(src, "src", 2), _points(dst, "dst", 2).to(src.device)
     if src.shape[-2] != dst.shape[-2]:
-        raise ValueError(f"orbbec: 'src' and 'dst' must hold as many points, got {src.shape[-2]} and {dst.shape[-2]}")
+        raise ArgumentError(f"orbbec: 'src' and 'dst' must hold as many points, got {src.shape[-2]} and {dst.shape[-2]}")
     n = src.shape[-2]
     mu_s, mu_d = src.mean(-2, keepdim=True), dst.mean(-2, keepdim=True)
     sc, dc = src - mu_s, dst - mu_d
@@ -100,7 +101,7 @@ def arcface_template(size: int = 112, *, dtype=torch.float64, device=None) -> to
     """The ArcFace 5-point template for size x size crops, placed as insightface's norm_crop does
     (scaled by size/112 when size is a multiple of 112, else by size/128 and shifted right)."""
     if not isinstance(size, int) or size <= 0:
-        raise ValueError(f"orbbec: 'size' must be a positive int, got {size!r}")
+        raise ArgumentError(f"orbbec: 'size' must be a positive int, got {size!r}")
     t = torch.tensor(ARCFACE_TEMPLATE_112, dtype=torch.float64)
     if size % 112 == 0:
         t = t * (size / 112.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import numpy as np
+from ..common import ArgumentError, ArgumentTypeError
 
 try:
     from . import _opencv as _native
@@ -24,16 +25,16 @@ def affine_opencv(img: np.ndarray, src_points, dst_points, dsize: Optional[Tuple
     if _native is None:
         raise ImportError(_HOW_TO_GET)
     if not isinstance(img, np.ndarray) or img.dtype != np.uint8:
-        raise TypeError("orbbec: 'img' must be a numpy uint8 array")
+        raise ArgumentTypeError("orbbec: 'img' must be a numpy uint8 array")
     if img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] not in (1, 3)):
-        raise ValueError(f"orbbec: 'img' must be HxW or HxWx1/3, got shape {img.shape}")
+        raise ArgumentError(f"orbbec: 'img' must be HxW or HxWx1/3, got shape {img.shape}")
     src = np.asarray(src_points, dtype=np.float32)
     dst = np.asarray(dst_points, dtype=np.float32)
     if src.shape != (3, 2) or dst.shape != (3, 2):
-        raise ValueError(f"orbbec: 'src_points' and 'dst_points' must have shape (3, 2), got {src.shape} and {dst.shape}")
+        raise ArgumentError(f"orbbec: 'src_points' and 'dst_points' must have shape (3, 2), got {src.shape} and {dst.shape}")
     if dsize is None:
         dsize = (img.shape[1], img.shape[0])
     w, h = (int(v) for v in dsize)
     if w <= 0 or h <= 0:
-        raise ValueError(f"orbbec: 'dsize' must be positive (width, height), got {dsize!r}")
+        raise ArgumentError(f"orbbec: 'dsize' must be positive (width, height), got {dsize!r}")
     return _native.affine_opencv(np.ascontiguousarray(img), src, dst, w, h)

@@ -7,6 +7,11 @@ The kernel computes inner pixels only (others are written as 0); where it wrote 
 must equal orbbec's bit for bit. Timed as groups of 10 back-to-back launches, like tools/timing.py.
 """
 import os
+import argparse
+
+# Arguments first: --help works without CuPy or a GPU.
+argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+
 import sys
 
 import cupy as cp

@@ -7,7 +7,13 @@ rows: 32 x 3 x 640 = 61,440). One thread per output pixel; the blend is orbbec's
 inner pixels must equal orbbec's bit for bit; a plain byte-load kernel of the same shape is the
 baseline. Timed as groups of 10 back-to-back launches, like tools/timing.py.
 """
-import os, sys, numpy as np, torch, cupy as cp
+import os
+import argparse
+
+# Arguments first: --help works without CuPy or a GPU.
+argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+
+import sys, numpy as np, torch, cupy as cp
 from cupy.cuda import texture, runtime
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from timing import cuda_time_ms

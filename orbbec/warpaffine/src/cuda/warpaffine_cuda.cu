@@ -1,5 +1,7 @@
 // CUDA entry points of warp_affine (argument checks, launches) and the backward kernel. The
 // forward kernel is in warpaffine_forward.cuh.
+#include <algorithm>
+
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
@@ -101,8 +103,40 @@ at::Tensor warp_affine_fused_cuda(const at::Tensor& src, const at::Tensor& inv_m
   return warp_batch(src, inv_matrix, out, channels_last_out, interpolation, border_mode, bv, ot);
 }
 
+// The descriptor table of a list warp is written on the device by a tiny kernel that receives the
+// descriptors as its argument (kDescsPerFill per launch, 3 KB of the 4 KB argument space). Kernel
+// arguments are copied at launch, and into the graph when a CUDA graph is being captured; a copy
+// from a pinned host buffer would instead be replayed from that buffer's address after the caching
+// host allocator had handed it to someone else.
+constexpr int kDescsPerFill = 128;
+struct DescChunk {
+  ImageDesc d[kDescsPerFill];
+};
+
+__global__ void fill_descs_kernel(ImageDesc* __restrict__ out, DescChunk chunk, int n) {
+  if (int(threadIdx.x) < n) out[threadIdx.x] = chunk.d[threadIdx.x];
+}
+
+static at::Tensor device_desc_table(const std::vector<at::Tensor>& images, c10::Device device) {
+  const int64_t B = static_cast<int64_t>(images.size());
+  at::Tensor table = at::empty({B * int64_t(sizeof(ImageDesc))}, at::TensorOptions().dtype(at::kByte).device(device));
+  auto* out = reinterpret_cast<ImageDesc*>(table.data_ptr());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  for (int64_t first = 0; first < B; first += kDescsPerFill) {
+    DescChunk chunk{};
+    const int n = static_cast<int>(std::min<int64_t>(kDescsPerFill, B - first));
+    for (int i = 0; i < n; ++i) {
+      const at::Tensor& im = images[first + i];
+      chunk.d[i] = {static_cast<const unsigned char*>(im.data_ptr()), im.size(0), im.size(1)};
+    }
+    fill_descs_kernel<<<1, kDescsPerFill, 0, stream>>>(out + first, chunk, n);
+    ORBBEC_LAUNCH_CHECK();
+  }
+  return table;
+}
+
 // A list of HWC images of different sizes in one launch: their addresses and sizes travel as a
-// small table, copied host -> device from pinned memory on the current stream (no host sync).
+// small device table (device_desc_table: no host sync, safe under CUDA graph capture).
 at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
                                  int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
                                  at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
@@ -115,12 +149,7 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   std::vector<at::Tensor> contiguous;
   contiguous.reserve(images.size());
   for (const at::Tensor& im : images) contiguous.push_back(im.contiguous());
-  at::Tensor table = at::empty({B * int64_t(sizeof(ImageDesc))}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-  auto* descs = reinterpret_cast<ImageDesc*>(table.data_ptr());
-  for (int64_t b = 0; b < B; ++b) {
-    descs[b] = {static_cast<const unsigned char*>(contiguous[b].data_ptr()), contiguous[b].size(0), contiguous[b].size(1)};
-  }
-  const at::Tensor table_dev = table.to(images[0].device(), /*non_blocking=*/true);
+  const at::Tensor table_dev = device_desc_table(contiguous, images[0].device());
   at::Tensor out = make_fused_output(B, C, out_h, out_w, out_dtype, channels_last_out, images[0].device());
   const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
   ForwardParams p{reinterpret_cast<const ImageDesc*>(table_dev.data_ptr()), nullptr, 0, B, C, 0, 0, out_h, out_w,
@@ -128,8 +157,6 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, images[0].scalar_type(), "warp_affine_list_cuda", [&] {
     launch_fused<scalar_t>(p, out, mat);
   });
-  // `table` may be freed now: a non_blocking copy from pinned memory records an event on the
-  // stream, and the caching host allocator does not reuse the block before the copy has run.
   return out;
 }
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env python
+"""Smoke test of an installed orbbec (a wheel or `pip install .`): run it from outside the checkout,
+so that the installed package, not the source tree, is imported.
+
+    cd /tmp && python /path/to/orbbec/tools/smoke_installed.py
+"""
+import argparse
+
+argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+
+import torch  # noqa: E402
+
+import orbbec  # noqa: E402
+from orbbec.nms import batched_nms, nms  # noqa: E402
+from orbbec.roi_align import RoIAlign, roi_align  # noqa: E402
+from orbbec.warpaffine import warp_affine  # noqa: E402
+
+assert "site-packages" in orbbec.__file__, f"not an installed orbbec: {orbbec.__file__}"
+img = torch.randint(0, 256, (2, 3, 40, 50), dtype=torch.uint8)
+M = torch.tensor([[0.9, -0.1, 3.0], [0.1, 0.9, -2.0]], dtype=torch.float64)
+a, b = warp_affine(img, M, (32, 24)), warp_affine(img, M, size=(24, 32))
+assert a.shape == (2, 3, 24, 32) and torch.equal(a, b)
+boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30.0]])
+scores = torch.tensor([0.9, 0.8, 0.7])
+assert nms(boxes, scores, 0.5).tolist() == [0, 2]
+assert batched_nms(boxes, scores, torch.tensor([0, 1, 0]), 0.5).tolist() == [0, 1, 2]
+assert nms(torch.empty(0), torch.empty(0), 0.5).shape == (0,)
+x = torch.randn(1, 4, 16, 16)
+rois = torch.tensor([[0, 1.0, 1.0, 9.0, 9.0]])
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    assert roi_align(x.half(), rois, 3, 1.0, 2, True).dtype == torch.float16
+assert torch.fx.symbolic_trace(RoIAlign(3, 1.0, 2))(x, rois).shape == (1, 4, 3, 3)
+try:
+    nms(boxes[:, :3], scores, 0.5)
+except RuntimeError as exc:
+    assert isinstance(exc, ValueError) and isinstance(exc, orbbec.ArgumentError)
+print("smoke OK:", orbbec.__file__, "torch", torch.__version__, "| with_cuda", orbbec.with_cuda(),
+      "|", orbbec.get_compiler_version())
