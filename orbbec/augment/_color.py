@@ -91,33 +91,25 @@ def adjust_saturation(x, f):
 
 
 def adjust_hue(x, shift):
-    """Rotates the hue (HSV) by `shift` turns: RGB -> HSV -> RGB as torchvision computes it."""
+    """Rotates the hue (HSV) of each sample by `shift` [B] turns, keeping saturation and value."""
     r, g, b = x.unbind(1)
-    maxc, minc = x.max(dim=1).values, x.min(dim=1).values
-    eqc = maxc == minc
-    cr = maxc - minc
-    ones = torch.ones_like(maxc)
-    s = cr / torch.where(eqc, ones, maxc)
-    cr_divisor = torch.where(eqc, ones, cr)
-    rc, gc, bc = (maxc - r) / cr_divisor, (maxc - g) / cr_divisor, (maxc - b) / cr_divisor
-    hr = (maxc == r) * (bc - gc)
-    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
-    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
-    h = torch.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
-    h = torch.remainder(h + shift.view(-1, 1, 1), 1.0)
-    v = maxc
-    i = torch.floor(h * 6.0)
-    f = h * 6.0 - i
-    i = i.to(torch.int32) % 6
-    p = (v * (1.0 - s)).clamp_(0.0, 1.0)
-    q = (v * (1.0 - s * f)).clamp_(0.0, 1.0)
-    t = (v * (1.0 - s * (1.0 - f))).clamp_(0.0, 1.0)
-    mask = i.unsqueeze(1) == torch.arange(6, device=x.device, dtype=torch.int32).view(-1, 1, 1)
-    a1 = torch.stack((v, q, p, p, t, v), dim=1)
-    a2 = torch.stack((t, v, v, q, p, p), dim=1)
-    a3 = torch.stack((p, p, t, v, v, q), dim=1)
-    a4 = torch.stack((a1, a2, a3), dim=1)  # [B, 3, 6, H, W]
-    return torch.einsum("...ijk, ...xijk -> ...xjk", mask.to(x.dtype), a4)
+    v = x.amax(dim=1)
+    chroma = v - x.amin(dim=1)
+    grey = chroma == 0
+    safe = torch.where(grey, torch.ones_like(chroma), chroma)
+    s = torch.where(grey, torch.zeros_like(v), chroma / torch.where(v == 0, torch.ones_like(v), v))
+    # hue in sixths of a turn, measured from red, green or blue, whichever is the largest (red first)
+    sixths = torch.where(v == r, torch.remainder((g - b) / safe, 6.0),
+                         torch.where(v == g, (b - r) / safe + 2.0, (r - g) / safe + 4.0))
+    sixths = torch.where(grey, torch.zeros_like(sixths), sixths)
+    turns = torch.remainder(sixths / 6.0 + shift.view(-1, 1, 1), 1.0)
+    # back to RGB: channel n (5 red, 3 green, 1 blue) is v - v s clamp(min(k, 4 - k), 0, 1),
+    # k = (n + 6 hue) mod 6
+    out = []
+    for n in (5.0, 3.0, 1.0):
+        k = torch.remainder(n + 6.0 * turns, 6.0)
+        out.append(v - v * s * torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0))
+    return torch.stack(out, dim=1)
 
 
 _APPLY = {"brightness": adjust_brightness, "contrast": adjust_contrast, "saturation": adjust_saturation,

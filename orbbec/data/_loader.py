@@ -105,8 +105,7 @@ class GPULoader:
         self.dataset, self.batch_size, self.transform = dataset, int(batch_size), transform
         self.shuffle, self.sampler, self.drop_last = shuffle, sampler, drop_last
         self.num_workers, self.prefetch, self.seed = int(num_workers), max(1, int(prefetch)), int(seed)
-        self.on_error, self.mode, self.ragged, self.return_params = on_error, mode, ragged, return_params
-        self.box_min_visible, self.flip_pairs, self.border_value = box_min_visible, flip_pairs, border_value
+        self.return_params = return_params
         self.rank, self.world_size = _order.optional_world(rank, world_size)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -164,7 +163,6 @@ class GPULoader:
         return _Epoch(self, it)
 
     def _output(self, batch: HostBatch):
-        self.skipped.extend(batch.extra.get("bad", []))
         if batch.kind == "dict":
             out = {"image": batch.images, **batch.targets}
             if self.return_params:
@@ -190,7 +188,8 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
             if img is None and not batch.errors[i]:
                 batch.errors[i] = "could not be decoded"
     rows = [i for i, img in enumerate(images) if img is not None and not batch.errors[i]]
-    bad = [i for i in range(len(images)) if i not in set(rows)]
+    kept = set(rows)
+    bad = [i for i in range(len(images)) if i not in kept]
     if bad and cfg.on_error == "raise":
         i = bad[0]
         raise JpegDecodeError(f"GPULoader: sample {batch.indices[i]} (position {i} of its batch): "
@@ -247,8 +246,8 @@ class _Epoch:
                 ld.epoch, ld.batches_served = ld.epoch + 1, 0
                 raise
             ld.batches_served += 1
+            ld.skipped.extend(batch.extra.get("bad", []))
             if batch.images is None:  # every sample of the batch was bad and skipped
-                ld.skipped.extend(batch.extra.get("bad", []))
                 continue
             return ld._output(batch)
 

@@ -146,10 +146,7 @@ def collate_dicts(targets: List[dict], ragged: str) -> dict:
         elif k in BOX_KEYS + PER_BOX_KEYS:
             out[k] = [torch.as_tensor(v) for v in values]
         else:
-            try:
-                out[k] = default_collate(values)
-            except (RuntimeError, TypeError, ValueError):
-                out[k] = values
+            out[k] = _collate(values)
     return out
 
 
@@ -175,11 +172,12 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
                        for b, t in enumerate(targets)]
         batch.targets = collate_dicts(targets, ragged)
     elif kind == "tuple":
-        batch.targets = [_collate_column([t[j] for t in targets]) for j in range(len(targets[0]))]
+        batch.targets = [_collate([t[j] for t in targets]) for j in range(len(targets[0]))]
     return batch
 
 
-def _collate_column(values):
+def _collate(values):
+    """DataLoader's collation where it applies, else the list of values (ragged, or not tensors)."""
     try:
         return default_collate(values)
     except (RuntimeError, TypeError, ValueError):

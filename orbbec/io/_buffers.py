@@ -57,32 +57,38 @@ def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
 
-def jpeg_size(buf):
-    """(height, width) of the stored pixels from a JPEG's frame header, or None when the buffer has
-    none (not a JPEG, or cut before it). Reads the markers only: cheap enough for DataLoader workers,
-    which draw each sample's augmentation before the image is decoded."""
+def jpeg_segments(buf):
+    """The header segments of a JPEG, before its first scan: (marker, view of the buffer, offset of
+    the segment's FF byte, its length field). Stops at the scan, the end of the image, or anything
+    that is not a marker. Reads the markers only: cheap enough for DataLoader workers."""
     b = memoryview(buf).cast("B") if not isinstance(buf, np.ndarray) else memoryview(buf)
     n = len(b)
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
-        return None
+        return
     pos = 2
-    while pos + 4 <= n:
-        if b[pos] != 0xFF:
-            return None
+    while pos + 4 <= n and b[pos] == 0xFF:
         marker = b[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
-        if marker in (0x01,) or 0xD0 <= marker <= 0xD7:  # markers without a length
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
             pos += 2
             continue
         length = (b[pos + 2] << 8) | b[pos + 3]
+        if marker in (0xD9, 0xDA) or length < 2:
+            return
+        yield marker, b, pos, length
+        pos += 2 + length
+
+
+def jpeg_size(buf):
+    """(height, width) of the stored pixels from a JPEG's frame header, or None when the buffer has
+    none (not a JPEG, or cut before it). DataLoader workers draw each sample's augmentation from it
+    before the image is decoded."""
+    for marker, b, pos, _ in jpeg_segments(buf):
         if marker in _SOF:
-            if pos + 9 > n:
+            if pos + 9 > len(b):
                 return None
             h, w = (b[pos + 5] << 8) | b[pos + 6], (b[pos + 7] << 8) | b[pos + 8]
             return (h, w) if h > 0 and w > 0 else None
-        if marker in (0xD9, 0xDA) or length < 2:  # end of image or scan data before any frame header
-            return None
-        pos += 2 + length
     return None

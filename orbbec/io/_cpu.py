@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .._library import _C
-from ._buffers import orient
+from ._buffers import jpeg_segments, orient
 
 _pool = None
 _pool_threads = 0
@@ -78,12 +78,9 @@ def decode(buffers, mode, reduces, rois, apply_exif, threads):
 
 def exif_orientation(buf) -> int:
     """The EXIF orientation tag of a JPEG (1 when absent), read from its APP1 segment."""
-    b = bytes(memoryview(buf)[:65536])
-    i = 2
-    while i + 4 <= len(b) and b[i] == 0xFF:
-        marker, length = b[i + 1], int.from_bytes(b[i + 2:i + 4], "big")
-        if marker == 0xE1 and b[i + 4:i + 10] == b"Exif\0\0":
-            tiff = b[i + 10:i + 2 + length]
+    for marker, b, pos, length in jpeg_segments(buf):
+        if marker == 0xE1 and bytes(b[pos + 4:pos + 10]) == b"Exif\0\0":
+            tiff = bytes(b[pos + 10:pos + 2 + length])
             order = "little" if tiff[:2] == b"II" else "big"
             ifd = int.from_bytes(tiff[4:8], order)
             for k in range(int.from_bytes(tiff[ifd:ifd + 2], order)):
@@ -92,9 +89,6 @@ def exif_orientation(buf) -> int:
                     v = int.from_bytes(tiff[e + 8:e + 10], order)
                     return v if 1 <= v <= 8 else 1
             return 1
-        if marker == 0xDA:
-            break
-        i += 2 + length
     return 1
 
 
