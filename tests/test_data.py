@@ -245,3 +245,44 @@ def test_packed_bytes_round_trip():
     batch.pack()
     after = [None if e is None else e.tobytes() for e in batch.buffers()]
     assert after == before and before[4] is None and before[0] == ds.jpegs[0]
+
+
+class _Done:
+    """Stands in for a CUDA event whose work has finished."""
+
+    def query(self):
+        return True
+
+
+def test_worker_batches_arrive_intact_through_reused_slots():
+    """With workers, the bytes travel in shared-memory slots that are reused once released, and the
+    small tensors by value: every batch, many more than there are slots, arrives intact (bytes,
+    boxes, labels, matrices), and released slots are taken again rather than new ones made."""
+    from orbbec.data import _loader
+    from orbbec.data._samples import prepare
+    from orbbec.data._shared import SlotTable
+
+    ds = JpegDataset(24)
+    slots = SlotTable(2, 3)
+    cfg = _loader._Config(ds, _transform(), torch.device("cuda"), "RGB", "raise", "padded", 0.0, None, 0, slots)
+    keys = _loader._EpochKeys()
+    batches = [[(3 * k + j) % 24 for j in range(5 + k % 3)] for k in range(16)]  # sizes vary
+    keys.keys = [(0, 7, b) for b in batches]
+    reader = torch.utils.data.DataLoader(_loader._Batches(cfg), batch_size=None, sampler=keys, num_workers=2,
+                                         collate_fn=_loader._identity, prefetch_factor=1)
+    received, fresh = 0, 0
+    for indices, batch in zip(batches, reader):
+        fresh += batch.packed is not None
+        batch.unpack(slots)
+        want = prepare(ds, indices, transform=_transform(), seed=7, epoch=0, box_min_visible=0.0, flip_pairs=None,
+                       ragged="padded")
+        assert batch.indices == indices and batch.slot is not None
+        assert [e.tobytes() for e in batch.buffers()] == [bytes(e) for e in want.encoded]
+        assert torch.equal(batch.params.matrices, want.params.matrices)
+        for k in ("boxes", "labels", "num_boxes"):
+            assert isinstance(batch.targets[k], torch.Tensor) and torch.equal(batch.targets[k], want.targets[k]), k
+        slots.release_after(*batch.slot, _Done())
+        received += 1
+    assert received == len(batches)
+    assert fresh < len(batches) // 2, "released slots were not reused"
+    assert (slots.flags == 0).all()

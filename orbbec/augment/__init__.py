@@ -90,11 +90,16 @@ class Compose:
         if targets is not None and len(targets) != len(sizes):
             raise ArgumentError(f"Compose.draw: {len(sizes)} sizes but {len(targets)} targets")
         mats, samples, out = [], [], None
+        # Transforms that fit something to the targets (AlignFaces) do it for the whole batch at once.
+        fits = {id(t): t.fit_batch(targets if targets is not None else [None] * len(sizes))
+                for t in self.geometric if hasattr(t, "fit_batch")}
         for k, ((h, w), index) in enumerate(zip(sizes, indices)):
             rng = sample_rng(seed, epoch, index)
             m, size, info = np.eye(3), (int(h), int(w)), {}
             for t in self.geometric:
-                if getattr(t, "needs_target", False):
+                if id(t) in fits:
+                    step, size, p = t(rng, size, None if targets is None else targets[k], fits[id(t)][k])
+                elif getattr(t, "needs_target", False):
                     step, size, p = t(rng, size, None if targets is None else targets[k])
                 else:
                     step, size, p = t(rng, size)

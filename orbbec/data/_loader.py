@@ -12,8 +12,10 @@ from typing import Any, List, Optional
 import torch
 
 from ..io import JpegDecodeError, decode_jpeg
+from ..io import last_call as io_last_call
 from . import _order
 from ._samples import HostBatch, prepare, select_rows
+from ._shared import SlotTable
 
 _DONE = object()
 
@@ -36,6 +38,7 @@ class _Config:
     box_min_visible: float
     flip_pairs: Any
     border_value: Any
+    slots: Optional[SlotTable] = None  # reusable shared-memory buffers for the workers' bytes
 
 
 class _Batches(torch.utils.data.Dataset):
@@ -53,8 +56,10 @@ class _Batches(torch.utils.data.Dataset):
                         box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged)
         if cfg.device.type == "cpu":
             assemble(cfg, batch)  # the CPU path decodes and augments in the worker too
-        elif torch.utils.data.get_worker_info() is not None:
-            batch.pack()
+        else:
+            info = torch.utils.data.get_worker_info()
+            if info is not None:
+                batch.pack(cfg.slots, info.id)
         return batch
 
 
@@ -119,17 +124,22 @@ class GPULoader:
         self._keys = _EpochKeys()
         # Workers start once and serve every epoch: forking them per epoch cost more than a short
         # epoch's decoding.
+        slots = None
+        if self.device.type == "cuda" and self.num_workers > 0:
+            slots = SlotTable(self.num_workers, self.prefetch + 4)
         self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
-                            border_value)
+                            border_value, slots)
         self._reader = torch.utils.data.DataLoader(
             _Batches(self._cfg), batch_size=None, sampler=self._keys, num_workers=self.num_workers, collate_fn=_identity,
             prefetch_factor=self.prefetch if self.num_workers else None, persistent_workers=self.num_workers > 0)
 
     def timing(self) -> dict:
         """Where the loader's background thread spent its time so far (GPU path), in seconds per
-        batch: waiting for the workers, decoding (host time of decode_jpeg), decoding and augmenting
-        together, and waiting for the consumer to take a batch (prefetch queue full: the loader is
-        ahead). Large `workers` means more num_workers would help."""
+        batch: waiting for the workers; decoding (host time of decode_jpeg), of which the decoder
+        itself (`decode_native`) and taking Python's GIL back after it (`decode_gil`: other Python
+        threads, e.g. the training loop's, held it); decoding and augmenting together; and waiting
+        for the consumer to take a batch (prefetch queue full: the loader is ahead). Large `workers`
+        means more num_workers would help."""
         return self._timing.summary()
 
     # DataLoader / DistributedSampler interface -------------------------------------------------
@@ -198,6 +208,9 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
     images = [images[i].to(cfg.device, non_blocking=True) if images[i].device != cfg.device else images[i]
               for i in rows]
     batch.extra["decode_s"] = time.perf_counter() - t0
+    if pos and cfg.device.type == "cuda":
+        batch.extra["native_s"] = getattr(io_last_call, "native_s", 0.0)
+        batch.extra["call_s"] = getattr(io_last_call, "call_s", 0.0)
     if not rows:
         batch.images = None
     elif cfg.transform is None:
@@ -214,17 +227,19 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
 
 
 class _Timing:
-    def __init__(self):
-        self.batches, self.totals = 0, [0.0, 0.0, 0.0, 0.0]
+    NAMES = ("workers", "decode", "decode_native", "decode_gil", "decode_and_augment", "consumer")
 
-    def add(self, *seconds):
+    def __init__(self):
+        self.batches, self.totals = 0, dict.fromkeys(self.NAMES, 0.0)
+
+    def add(self, **seconds):
         self.batches += 1
-        self.totals = [a + b for a, b in zip(self.totals, seconds)]
+        for k, v in seconds.items():
+            self.totals[k] += v
 
     def summary(self) -> dict:
         n = max(self.batches, 1)
-        names = ("workers", "decode", "decode_and_augment", "consumer")
-        return {"batches": self.batches, **{k: v / n for k, v in zip(names, self.totals)}}
+        return {"batches": self.batches, **{k: v / n for k, v in self.totals.items()}}
 
 
 class _Epoch:
@@ -293,6 +308,7 @@ class _CudaEpoch:
     def _receive(self):
         try:
             for batch in self.reader:
+                batch.unpack(self.loader._cfg.slots)
                 if not self._put(batch, self.received):
                     return
             self._put(_DONE, self.received)
@@ -318,15 +334,22 @@ class _CudaEpoch:
                     if self.stop.is_set():
                         return
                     t1 = time.perf_counter()
-                    assemble(ld._cfg, batch)
-                    _pin_and_move(batch, ld.device)
-                    event = torch.cuda.Event()
-                    event.record(self.stream)
+                    try:
+                        assemble(ld._cfg, batch)
+                        _pin_and_move(batch, ld.device)
+                    finally:
+                        event = torch.cuda.Event()
+                        event.record(self.stream)
+                        if batch.slot is not None:  # its bytes are free once the GPU has read them
+                            ld._cfg.slots.release_after(*batch.slot, event)
                     t2 = time.perf_counter()
                     if not self._put((batch, event)):
                         return
                     t3 = time.perf_counter()
-                    ld._timing.add(t1 - t, batch.extra.get("decode_s", 0.0), t2 - t1, t3 - t2)
+                    x = batch.extra
+                    ld._timing.add(workers=t1 - t, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
+                                   decode_gil=x.get("call_s", 0.0) - x.get("native_s", 0.0),
+                                   decode_and_augment=t2 - t1, consumer=t3 - t2)
                     t = t3
             self._put(_DONE)
         except BaseException as e:  # handed to the consumer, raised there

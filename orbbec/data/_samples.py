@@ -12,9 +12,11 @@ import torch
 from torch.utils.data import default_collate
 
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
+from ..augment._targets import FACE5_FLIP_PAIRS
 from ..io import read_file
 from ..io._buffers import jpeg_size
 from .._library import _C
+from ._shared import by_value, from_value
 
 # Dict keys that move with the image (everything else is collated as it is).
 BOX_KEYS = ("boxes",)
@@ -36,13 +38,22 @@ class HostBatch:
     extra: dict = field(default_factory=dict)
     packed: Optional[torch.Tensor] = None    # all encoded bytes in one uint8 tensor (see pack)
     offsets: Optional[List[int]] = None
+    slot: Optional[tuple] = None             # (worker, slot) of a reusable shared buffer (see pack)
 
-    def pack(self) -> None:
-        """Moves the encoded bytes into one uint8 tensor: DataLoader workers hand tensors over through
-        shared memory, where bytes objects are pickled through a pipe (about 150 MB/s measured: the
-        loader ran at a tenth of the decoder's rate on 1080p JPEGs)."""
+    def pack(self, slots=None, worker: int = 0) -> None:
+        """Moves the encoded bytes into one uint8 tensor, a reusable slot of `slots` (a SlotTable)
+        when one is free: DataLoader workers hand tensors over through shared memory, where bytes
+        objects are pickled through a pipe (about 150 MB/s measured: the loader ran at a tenth of
+        the decoder's rate on 1080p JPEGs). Small tensors go by value (see _shared.py)."""
         lengths = [0 if e is None else len(e) for e in self.encoded]
-        flat = np.empty(sum(lengths), np.uint8)
+        total = sum(lengths)
+        claimed = slots.claim(worker, total) if slots is not None else None
+        if claimed is None:
+            tensor = torch.empty(total, dtype=torch.uint8)
+        else:
+            slot, tensor, fresh = claimed
+            self.slot = (worker, slot)
+        flat = tensor.numpy()
         self.offsets, pos = [], 0
         for e, n in zip(self.encoded, lengths):
             if e is not None:
@@ -50,8 +61,19 @@ class HostBatch:
             self.offsets.append(pos)
             pos += n
         self.offsets.append(pos)
-        self.packed = torch.from_numpy(flat)
+        self.packed = tensor if claimed is None or fresh else None
         self.encoded = [e is not None for e in self.encoded]
+        self.targets = by_value(self.targets)
+        if self.params is not None:
+            self.params.matrices = by_value(self.params.matrices)
+
+    def unpack(self, slots) -> None:
+        """In the main process: the slot's tensor and the small tensors back (see pack)."""
+        if self.slot is not None:
+            self.packed = slots.attach(*self.slot, self.packed)
+        self.targets = from_value(self.targets)
+        if self.params is not None:
+            self.params.matrices = from_value(self.params.matrices)
 
     def buffers(self) -> List[Any]:
         """The encoded bytes per sample (None where there are none), as zero-copy views."""
@@ -113,11 +135,29 @@ def _move_targets(target: dict, M, size, flipped, box_min_visible, flip_pairs) -
             xy, inside = transform_keypoints(pts[..., :2], M, size, flipped, flip_pairs)
             vis = inside if pts.shape[-1] < 3 else inside & (pts[..., 2] > 0)
             out[k] = torch.cat([xy, vis.unsqueeze(-1).to(xy.dtype)], dim=-1)
-    for k in LANDMARK_KEYS:
-        if k in target:
-            lm, _ = transform_landmarks(torch.as_tensor(target[k], dtype=torch.float32), M, size, flipped)
-            out[k] = lm
     return out
+
+
+def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bool]) -> None:
+    """Face landmarks of the whole batch in one product where they all have one shape (one per
+    sample cost a worker more than the rest of a face batch), else sample by sample."""
+    for k in LANDMARK_KEYS:
+        have = [b for b, t in enumerate(targets) if k in t]
+        if not have:
+            continue
+        pts = [torch.as_tensor(targets[b][k], dtype=torch.float32) for b in have]
+        if all(p.shape == (5, 2) for p in pts):
+            sel = torch.tensor(have)
+            A, shift = M[sel, :, :2], M[sel, :, 2]
+            moved = (torch.stack(pts).double() @ A.transpose(1, 2) + shift[:, None, :]).float()
+            swap = list(range(5))
+            for a, c in FACE5_FLIP_PAIRS:
+                swap[a], swap[c] = c, a
+            for j, b in enumerate(have):
+                targets[b][k] = moved[j, swap] if flipped[b] else moved[j]
+        else:
+            for b, p in zip(have, pts):
+                targets[b][k], _ = transform_landmarks(p, M[b], size, flipped[b])
 
 
 def _pad(tensors: List[torch.Tensor], fill) -> tuple:
@@ -168,8 +208,10 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
     if kind == "dict":
         if batch.params is not None:
             M, size = batch.params.matrices, batch.params.size
-            targets = [_move_targets(t, M[b], size, _flipped(batch.params.samples[b]), box_min_visible, flip_pairs)
+            flipped = [_flipped(p) for p in batch.params.samples]
+            targets = [_move_targets(t, M[b], size, flipped[b], box_min_visible, flip_pairs)
                        for b, t in enumerate(targets)]
+            _move_landmarks(targets, M, size, flipped)
         batch.targets = collate_dicts(targets, ragged)
     elif kind == "tuple":
         batch.targets = [_collate([t[j] for t in targets]) for j in range(len(targets[0]))]

@@ -13,6 +13,8 @@ OpenCV on the CPU, automatically. See docs/io.md.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Optional, Sequence, Union
 
 import torch
@@ -25,6 +27,10 @@ from ..common import ArgumentError
 __all__ = ["decode_jpeg", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads"]
 
 _MODES = {"RGB": 0, "BGR": 1, "GRAY": 2}
+
+# This thread's last GPU decode: seconds inside the decoder (without the GIL) and of the whole native
+# call (with taking the GIL back); GPULoader.timing() reports both.
+last_call = threading.local()
 
 
 def read_file(path: Union[str, os.PathLike]) -> bytes:
@@ -111,7 +117,10 @@ def _decode_cuda(buffers, mode, rois, apply_exif, dev, only_path=-1):
                            "or use device='cpu'")
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     roi_arg = None if all(r is None for r in rois) else rois
-    images, errors, unsupported, orientations, _ = _C.decode_jpeg_cuda(buffers, _MODES[mode], index, roi_arg, only_path)
+    t0 = time.perf_counter()
+    images, errors, unsupported, orientations, _, native = _C.decode_jpeg_cuda(buffers, _MODES[mode], index, roi_arg,
+                                                                               only_path)
+    last_call.native_s, last_call.call_s = native, time.perf_counter() - t0
     # What nvJPEG cannot decode at all (e.g. 12-bit or lossless JPEG) goes to OpenCV, then to the GPU.
     retry = [i for i, u in enumerate(unsupported) if u]
     if retry:

@@ -151,7 +151,11 @@ class Decoder {
 
  private:
   void create(Worker& w) {
-    ORBBEC_CUDA(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking));
+    // The highest priority: the decoder's kernels are short and a training step waits for them;
+    // behind the step's long kernels at normal priority they would stretch every batch's decode.
+    int lowest = 0, highest = 0;
+    ORBBEC_CUDA(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+    ORBBEC_CUDA(cudaStreamCreateWithPriority(&w.stream, cudaStreamNonBlocking, highest));
     ORBBEC_CUDA(cudaEventCreateWithFlags(&w.done, cudaEventDisableTiming));
     ORBBEC_NVJPEG(nvjpegJpegStreamCreate(hw_handle_ ? hw_handle_ : handle_, &w.header));
     ORBBEC_NVJPEG(nvjpegDecoderCreate(handle_, NVJPEG_BACKEND_HYBRID, &w.decoder));

@@ -1,9 +1,8 @@
 // A fixed set of threads that run the jobs of one call at a time: run() hands out job indices
-// 0..n-1 through an atomic counter and returns when every job is done. The decoder keeps its
+// 0..n-1 and returns when every job is done. The decoder keeps its
 // threads for its lifetime, because starting a dozen threads per batch costs more than decoding a
 // small batch's headers.
 #pragma once
-#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -39,37 +38,42 @@ class WorkerPool {
 
   int size() const { return static_cast<int>(threads_.size()); }
 
-  // Jobs must not throw: each records its own failure.
+  // Jobs must not throw: each records its own failure. Returns when every job is done, without
+  // waiting for threads that found nothing to do: on a host busy with DataLoader workers a woken
+  // thread can wait a time slice before it runs, and a batch with two jobs must not pay for that.
   void run(size_t jobs, const Job& job) {
     if (jobs == 0) return;
     std::unique_lock<std::mutex> lock(mutex_);
     job_ = &job;
     jobs_ = jobs;
-    next_.store(0);
-    busy_ = static_cast<int>(threads_.size());
-    ++generation_;
-    wake_.notify_all();
-    done_.wait(lock, [this] { return busy_ == 0; });
+    next_ = 0;
+    remaining_ = jobs;
+    if (jobs >= threads_.size()) {
+      wake_.notify_all();
+    } else {
+      for (size_t k = 0; k < jobs; ++k) wake_.notify_one();
+    }
+    done_.wait(lock, [this] { return remaining_ == 0; });
     job_ = nullptr;
   }
 
  private:
   void loop(int w) {
-    size_t seen = 0;
+    std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      const Job* job;
-      size_t jobs;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-        if (stopping_) return;
-        seen = generation_;
-        job = job_;
-        jobs = jobs_;
+      // Jobs are claimed under the lock, so a thread that wakes late can never take a job of a
+      // call that has already returned.
+      wake_.wait(lock, [&] { return stopping_ || next_ < jobs_; });
+      if (stopping_) return;
+      const Job* job = job_;
+      const size_t j = next_++;
+      lock.unlock();
+      (*job)(w, j);
+      lock.lock();
+      if (--remaining_ == 0) {
+        jobs_ = 0;
+        done_.notify_one();
       }
-      for (size_t j = next_.fetch_add(1); j < jobs; j = next_.fetch_add(1)) (*job)(w, j);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--busy_ == 0) done_.notify_one();
     }
   }
 
@@ -77,10 +81,7 @@ class WorkerPool {
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   const Job* job_ = nullptr;
-  size_t jobs_ = 0;
-  std::atomic<size_t> next_{0};
-  int busy_ = 0;
-  size_t generation_ = 0;
+  size_t jobs_ = 0, next_ = 0, remaining_ = 0;
   bool stopping_ = false;
 };
 

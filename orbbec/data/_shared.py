@@ -1,0 +1,124 @@
+"""How a batch travels from a DataLoader worker to the loader's process without per-batch costs.
+
+torch hands a tensor from a worker to the main process through a fresh shared-memory file whose
+descriptor is passed over a socket, with an authentication handshake in Python, per tensor and per
+batch; the receiving process then maps pages it has never touched. Measured on a 2-core machine that
+took about 6 ms per batch of 128 JPEGs (three tensors), much of it holding the GIL that the decoding
+thread needs. So:
+
+- the encoded bytes go into shared-memory slots that each worker allocates once and reuses: a slot's
+  tensor crosses the process boundary once, and later batches name it (worker, slot, length);
+  the main process frees a slot when the GPU work that read it has finished (an event, polled,
+  never waited on), through a small flag table the workers can see;
+- small tensors (matrices, labels, boxes) travel by value, as numpy arrays in the pickle.
+
+A worker that finds no free slot packs into a fresh tensor as before, so nothing can deadlock.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+FREE, BUSY = 0, 1
+
+# The slots this worker process has allocated, per loader (a worker may serve several loaders).
+_worker_slots: Dict[int, List[Optional[torch.Tensor]]] = {}
+
+
+class SlotTable:
+    """Per worker `slots` reusable byte buffers; the flags live in shared memory made before the
+    workers start, so both sides see them."""
+
+    def __init__(self, workers: int, slots: int):
+        self.flags = torch.zeros(max(workers, 1), slots, dtype=torch.int32).share_memory_()
+        self.token = id(self.flags)
+        self.cached: Dict[Tuple[int, int], torch.Tensor] = {}   # main process: the slots received
+        self.pending: List[Tuple[Tuple[int, int], torch.cuda.Event]] = []
+
+    def __getstate__(self):
+        return {"flags": self.flags, "token": self.token}
+
+    def __setstate__(self, state):
+        self.flags, self.token = state["flags"], state["token"]
+        self.cached, self.pending = {}, []
+
+    # worker side ----------------------------------------------------------------------------
+    def claim(self, worker: int, nbytes: int):
+        """(slot, tensor, fresh) for `nbytes` in this worker's slots, or None if all are busy.
+        `fresh`: the tensor is new (or grown) and must travel with this batch."""
+        flags = self.flags[worker].numpy()
+        mine = _worker_slots.setdefault(self.token, [None] * flags.shape[0])
+        free = np.flatnonzero(flags == FREE)
+        if free.size == 0:
+            return None
+        # A free slot large enough, else the first free one, grown with headroom.
+        fits = [s for s in free if mine[s] is not None and mine[s].numel() >= nbytes]
+        s = int(fits[0]) if fits else int(free[0])
+        fresh = not fits
+        if fresh:
+            mine[s] = torch.empty(max(nbytes + nbytes // 4, 1 << 16), dtype=torch.uint8).share_memory_()
+        flags[s] = BUSY
+        return s, mine[s], fresh
+
+    # main side --------------------------------------------------------------------------------
+    def attach(self, worker: int, slot: int, tensor: Optional[torch.Tensor]) -> torch.Tensor:
+        """The slot's tensor: the one that came with this batch (kept for later batches) or the one
+        received earlier. A slot is reused only after release(), i.e. after its previous batch
+        arrived here, so the cache is always current."""
+        if tensor is not None:
+            self.cached[(worker, slot)] = tensor
+        return self.cached[(worker, slot)]
+
+    def release_after(self, worker: int, slot: int, event: "torch.cuda.Event") -> None:
+        self.pending.append(((worker, slot), event))
+        self.poll()
+
+    def poll(self) -> None:
+        """Frees the slots whose GPU work has finished (event.query() never blocks)."""
+        still = []
+        flags = self.flags.numpy()
+        for (w, s), ev in self.pending:
+            if ev.query():
+                flags[w, s] = FREE
+            else:
+                still.append(((w, s), ev))
+        self.pending = still
+
+
+class ByValue:
+    """A small tensor that travels in the pickle as a numpy array."""
+
+    def __init__(self, t: torch.Tensor):
+        self.array = t.numpy()
+
+    def tensor(self) -> torch.Tensor:
+        return torch.from_numpy(self.array)
+
+
+def _numpy_ok(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.dtype not in (torch.bfloat16,) and not t.is_complex() and \
+        not t.requires_grad and t.layout == torch.strided
+
+
+def by_value(v):
+    """Tensors in a (nested) target -> ByValue, for the trip to the main process."""
+    if isinstance(v, torch.Tensor):
+        return ByValue(v) if _numpy_ok(v) else v
+    if isinstance(v, dict):
+        return {k: by_value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [by_value(x) for x in v]
+    return v
+
+
+def from_value(v):
+    """The inverse of by_value, in the main process."""
+    if isinstance(v, ByValue):
+        return v.tensor()
+    if isinstance(v, dict):
+        return {k: from_value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [from_value(x) for x in v]
+    return v
