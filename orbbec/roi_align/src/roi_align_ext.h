@@ -1,4 +1,4 @@
-// Argument checks of the roi_align ops, shared by the CPU and CUDA registrations.
+// Argument checks and strides of the roi_align ops, shared by the CPU and CUDA registrations.
 #pragma once
 #include <torch/types.h>
 
@@ -19,6 +19,12 @@ Params check_forward_args(const at::Tensor& input, const at::Tensor& rois, doubl
 Params check_backward_args(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& input,
                            double spatial_scale, int64_t pooled_h, int64_t pooled_w,
                            int64_t sampling_ratio, bool aligned, int64_t pool_mode);
+
+// The strides of a 4-D tensor ([K, C, H, W] or [N, C, H, W]), as the CPU and CUDA kernels index it.
+struct Strides4 {
+  int64_t k, c, h, w;
+};
+inline Strides4 strides_of(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
 
 }  // namespace roi_align
 }  // namespace orbbec

@@ -55,8 +55,7 @@ void forward_kernel(const at::Tensor& input, const at::Tensor& rois, at::Tensor&
   using acc_t = acc_type<scalar_t>;
   const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
   const int64_t K = rois.size(0), PH = p.pooled_h, PW = p.pooled_w;
-  const int64_t s0 = input.stride(0), s1 = input.stride(1), s2 = input.stride(2), s3 = input.stride(3);
-  const int64_t o0 = out.stride(0), o1 = out.stride(1), o2 = out.stride(2), o3 = out.stride(3);
+  const Strides4 is = strides_of(input), os = strides_of(out);
   const scalar_t* in = input.data_ptr<scalar_t>();
   const scalar_t* rp = rois.data_ptr<scalar_t>();
   scalar_t* op = out.data_ptr<scalar_t>();
@@ -68,8 +67,8 @@ void forward_kernel(const at::Tensor& input, const at::Tensor& rois, at::Tensor&
       const RoiGeom<acc_t>& g = t.g;
       for (int64_t c = 0; c < C; ++c) {
         // A roi that pools nothing has grid 0 and never loads; keep the pointer in range anyway.
-        const scalar_t* plane = in + (g.batch >= 0 ? g.batch * s0 + c * s1 : 0);
-        auto load = [&](int y, int x, acc_t* v) { v[0] = static_cast<acc_t>(plane[y * s2 + x * s3]); };
+        const scalar_t* plane = in + (g.batch >= 0 ? g.batch * is.k + c * is.c : 0);
+        auto load = [&](int y, int x, acc_t* v) { v[0] = static_cast<acc_t>(plane[y * is.h + x * is.w]); };
         for (int64_t ph = 0; ph < PH; ++ph) {
           const AxisTap<acc_t>* ty = t.y.data() + ph * g.grid_h;
           for (int64_t pw = 0; pw < PW; ++pw) {
@@ -78,7 +77,7 @@ void forward_kernel(const at::Tensor& input, const at::Tensor& rois, at::Tensor&
             int32_t arg[1];
             pool_bin<MAX, 1>(
                 g.grid_h, g.grid_w, [&](int iy) { return ty[iy]; }, [&](int ix) { return tx[ix]; }, load, acc, arg);
-            op[k * o0 + c * o1 + ph * o2 + pw * o3] = static_cast<scalar_t>(bin_value<MAX>(acc[0], arg[0], g.count));
+            op[k * os.k + c * os.c + ph * os.h + pw * os.w] = static_cast<scalar_t>(bin_value<MAX>(acc[0], arg[0], g.count));
             if (argmax != nullptr) argmax[((k * C + c) * PH + ph) * PW + pw] = arg[0];
           }
         }
@@ -95,8 +94,7 @@ void backward_kernel(const at::Tensor& grad, const at::Tensor& rois, const int32
   using acc_t = acc_type<scalar_t>;
   const int64_t N = gin.size(0), C = gin.size(1), H = gin.size(2), W = gin.size(3);
   const int64_t K = rois.size(0), PH = p.pooled_h, PW = p.pooled_w;
-  const int64_t s0 = gin.stride(0), s1 = gin.stride(1), s2 = gin.stride(2), s3 = gin.stride(3);
-  const int64_t g0 = grad.stride(0), g1 = grad.stride(1), g2 = grad.stride(2), g3 = grad.stride(3);
+  const Strides4 is = strides_of(gin), gs = strides_of(grad);
   const scalar_t* gp = grad.data_ptr<scalar_t>();
   const scalar_t* rp = rois.data_ptr<scalar_t>();
   acc_t* gi = gin.data_ptr<acc_t>();
@@ -108,18 +106,18 @@ void backward_kernel(const at::Tensor& grad, const at::Tensor& rois, const int32
       const RoiGeom<acc_t>& g = t.g;
       if (g.batch < 0) continue;
       for (int64_t c = c_begin; c < c_end; ++c) {
-        acc_t* plane = gi + g.batch * s0 + c * s1;
+        acc_t* plane = gi + g.batch * is.k + c * is.c;
         auto scatter = [&](const AxisTap<acc_t>& ty, const AxisTap<acc_t>& tx, acc_t gv) {
-          plane[ty.lo * s2 + tx.lo * s3] += gv * (ty.wlo * tx.wlo);
-          plane[ty.lo * s2 + tx.hi * s3] += gv * (ty.wlo * tx.whi);
-          plane[ty.hi * s2 + tx.lo * s3] += gv * (ty.whi * tx.wlo);
-          plane[ty.hi * s2 + tx.hi * s3] += gv * (ty.whi * tx.whi);
+          plane[ty.lo * is.h + tx.lo * is.w] += gv * (ty.wlo * tx.wlo);
+          plane[ty.lo * is.h + tx.hi * is.w] += gv * (ty.wlo * tx.whi);
+          plane[ty.hi * is.h + tx.lo * is.w] += gv * (ty.whi * tx.wlo);
+          plane[ty.hi * is.h + tx.hi * is.w] += gv * (ty.whi * tx.whi);
         };
         for (int64_t ph = 0; ph < PH; ++ph) {
           const AxisTap<acc_t>* ty = t.y.data() + ph * g.grid_h;
           for (int64_t pw = 0; pw < PW; ++pw) {
             const AxisTap<acc_t>* tx = t.x.data() + pw * g.grid_w;
-            const acc_t gv = static_cast<acc_t>(gp[k * g0 + c * g1 + ph * g2 + pw * g3]);
+            const acc_t gv = static_cast<acc_t>(gp[k * gs.k + c * gs.c + ph * gs.h + pw * gs.w]);
             if (MAX) {
               const int32_t idx = argmax[((k * C + c) * PH + ph) * PW + pw];
               if (idx < 0) continue;

@@ -1,4 +1,4 @@
-// What the roi_align CUDA kernels share: block-size constants, strides, the shared tap tables of a
+// What the roi_align CUDA kernels share: block-size constants, the shared tap tables of a
 // roi or a bin row, and the store of a pooled bin. Included by roi_align_cuda.cu only.
 #pragma once
 #include <ATen/ATen.h>
@@ -27,11 +27,6 @@ constexpr int kTabRoi = 512;
 // Channels per block of the atomic backward: 32 float accumulators, one 128-byte line per pixel.
 constexpr int kChunkC = 32;
 constexpr int kTile = 8;  // deterministic backward: tiles of kTile x kTile gradient pixels
-
-struct Strides4 {
-  int64_t k, c, h, w;
-};
-Strides4 strides_of(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}; }
 
 template <typename T, int VEC>
 struct alignas(sizeof(T) * VEC) Vec {

@@ -201,29 +201,16 @@ __device__ __forceinline__ float blend_plane(const WordWindow& row0, const WordW
   return blend_biased(b00, b01, b10, b11, fx, fy);
 }
 
-// The 3 channels of an inner pixel of an NCHW image whose planes are plane_step bytes apart
-// (plane_words words, when planes_aligned: then the 3 channels' taps share one window per row).
-__device__ __forceinline__ void blend_inner_nchw(const uint8_t* q, int row_step, int plane_step, int plane_words,
-                                                 bool planes_aligned, float fx, float fy, float v[3]) {
-  if (planes_aligned) {
-    const WordWindow w0(q), w1(q + row_step);
-#pragma unroll
-    for (int c = 0; c < 3; ++c) v[c] = blend_plane(w0, w1, c * plane_words, fx, fy);
-  } else {
-#pragma unroll
-    for (int c = 0; c < 3; ++c) v[c] = blend_plane(WordWindow(q + c * plane_step), WordWindow(q + c * plane_step + row_step), 0, fx, fy);
-  }
-}
-
-// A rim pixel (a tap outside the image, not wholly outside with a constant border): its 3 values in
-// output channel order, the taps recomputed from the matrix (keeping the pixel loop's coordinates
-// alive for this cost spills). A constant border tests its 4 taps once for the 3 channels instead of
+// A rim pixel (a tap outside the image, not wholly outside with a constant border): put(c, value)
+// stores its 3 values, c in output channel order (handed back through an array for the caller to
+// store, they cost the kernel spills); the taps are recomputed from the matrix (keeping the pixel
+// loop's coordinates alive for this cost spills). A constant border tests its 4 taps once for the 3 channels instead of
 // once per channel behind sample()'s runtime border switch (small outputs have a long rim for their
 // area); other modes take the shared sampler.
-template <int kColumnStep>
+template <int kColumnStep, typename Put>
 __device__ __forceinline__ void rim_pixel(const ForwardParams& p, const double* M, int x, int y, const uint8_t* src,
                                           int row_step, int plane_step, int H, int W, bool constant_border,
-                                          float v[3]) {
+                                          const Put& put) {
   const Taps<float> t = taps_from_matrix<float>(M, x, y, kBilinear);
   if (constant_border) {
     const bool in_x0 = static_cast<unsigned>(t.x0) < static_cast<unsigned>(W);
@@ -237,15 +224,15 @@ __device__ __forceinline__ void rim_pixel(const ForwardParams& p, const double* 
       const float bval = p.c3_border[c];
       const uint8_t* plane = src + cs * plane_step;
       auto at = [&](bool in, int offset) { return in ? load_acc<float>(plane + (o00 + offset)) : bval; };
-      v[c] = t.valid ? blend_bilinear(at(in_x0 && in_y0, 0), at(in_x1 && in_y0, kColumnStep), at(in_x0 && in_y1, row_step),
+      put(c, t.valid ? blend_bilinear(at(in_x0 && in_y0, 0), at(in_x1 && in_y0, kColumnStep), at(in_x0 && in_y1, row_step),
                                       at(in_x1 && in_y1, row_step + kColumnStep), t.fx, t.fy)
-                     : bval;
+                     : bval);
     }
   } else {
 #pragma unroll
     for (int c = 0; c < 3; ++c) {
       const int cs = static_cast<int>(p.transform.source_channel(c, 3));
-      v[c] = sample_plane(t, src + cs * plane_step, kColumnStep, row_step, H, W, p.border, p.c3_border[c]);
+      put(c, sample_plane(t, src + cs * plane_step, kColumnStep, row_step, H, W, p.border, p.c3_border[c]));
     }
   }
 }
@@ -337,7 +324,19 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
               if constexpr (kNHWC) {
                 blend_inner_nhwc(q, row_step, fx, fy, v);
               } else {
-                blend_inner_nchw(q, row_step, plane_step, plane_words, planes_aligned, fx, fy, v);
+                // Written out here, not as a function of its own: wrapped in one (even force-inlined), these
+                // loops made the compiler recompute the pixel's coordinates and their floors inside this
+                // branch (2 more float-to-int conversions and about 10 more instructions per pixel).
+                if (planes_aligned) {  // planes a whole number of words apart: one window per row for the 3 channels
+                  const WordWindow w0(q), w1(q + row_step);
+#pragma unroll
+                  for (int c = 0; c < 3; ++c) v[c] = blend_plane(w0, w1, c * plane_words, fx, fy);
+                } else {
+#pragma unroll
+                  for (int c = 0; c < 3; ++c) {
+                    v[c] = blend_plane(WordWindow(q + c * plane_step), WordWindow(q + c * plane_step + row_step), 0, fx, fy);
+                  }
+                }
               }
               // sampled channel c goes to output channel c, or 2 - c reversed: the reversal picks store
               // offsets (hoisted out of the loop), not values (a select per channel and pixel)
@@ -360,10 +359,9 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
           const int j = i / kC3Px, k = i % kC3Px;
           const int y = tile_y + tile_row(j);
           out_t* const pixel = stage_all + stage_row(tile_row(j)) + k * stage_pixel_step;
-          float v[3];
-          rim_pixel<kColumnStep>(p, M, x0 + kC3Lanes * k, y, src, row_step, plane_step, H, W, constant_border, v);
-#pragma unroll
-          for (int c = 0; c < 3; ++c) pixel[c * stage_channel_step] = c3_output<out_t, kNormalize>(p.transform, v[c], c);
+          rim_pixel<kColumnStep>(p, M, x0 + kC3Lanes * k, y, src, row_step, plane_step, H, W, constant_border, [&](int c, float v) {
+            pixel[c * stage_channel_step] = c3_output<out_t, kNormalize>(p.transform, v, c);
+          });
         }
         // a block barrier: the warps wrote each other's regions (and around a __syncwarp that it
         // cannot prove converged, the compiler kept every live value safe, spilling the pixel loop's)
