@@ -1,6 +1,7 @@
 // CPU kernels of warp_affine: one output row per task of at::parallel_for, the per-pixel math in
 // common/warpaffine.h (the same code the CUDA kernels run, hence the same bits). The row kernels
-// are in warp_row.h (portable) and warp_row_avx2.h (uint8 3-channel bilinear, AVX2).
+// are in warp_row.h (portable) and, for uint8 on CPUs with AVX2, warp_row_avx2.h (3-channel
+// bilinear), warp_nearest_avx2.h and warp_bicubic_avx2.h (1 or 3 channels).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "warpaffine/src/cpu/warp_row.h"
+#include "warpaffine/src/cpu/warp_bicubic_avx2.h"
+#include "warpaffine/src/cpu/warp_nearest_avx2.h"
 #include "warpaffine/src/cpu/warp_row_avx2.h"
 #include "warpaffine/src/warpaffine_ext.h"
 
@@ -23,7 +26,15 @@ auto fast_row(int64_t C, int64_t interp, bool plain) -> decltype(&warp_row<in_t,
 #if defined(__x86_64__) && defined(__GNUC__)
   if constexpr (std::is_same<in_t, uint8_t>::value && std::is_same<out_t, uint8_t>::value) {
     static const bool has_avx2 = __builtin_cpu_supports("avx2");
-    if (has_avx2 && C == 3 && interp == kBilinear && plain) return &warp_row_u8_fast;
+    if (has_avx2 && plain && C == 3) {
+      if (interp == kNearest) return &avx2_row<NearestAvx2, 3>;
+      if (interp == kBilinear) return &avx2_row<BilinearAvx2, 3>;
+      if (interp == kBicubic) return &avx2_row<BicubicAvx2, 3>;
+    }
+    if (has_avx2 && plain && C == 1) {
+      if (interp == kNearest) return &avx2_row<NearestAvx2, 1>;
+      if (interp == kBicubic) return &avx2_row<BicubicAvx2, 1>;
+    }
   }
 #endif
   return nullptr;
