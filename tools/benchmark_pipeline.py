@@ -117,13 +117,15 @@ def _cpu_seconds():
     return total / tck
 
 
-def measure(step, seconds, warmup=4):
+def measure(step, seconds, warmup=4, on_start=None):
     """images/s and host cores busy of `step()` (returns the images of one batch) run back to back."""
     import torch
 
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
+    if on_start is not None:
+        on_start()
     n, t0, c0 = 0, time.perf_counter(), _cpu_seconds()
     while time.perf_counter() - t0 < seconds:
         n += step()
@@ -148,7 +150,9 @@ def run_orbbec(workload, items, batch, seconds, workers):
     def step():
         b = next(it)
         return b["image"].shape[0]
-    rate, cores = measure(step, seconds)
+    def warmed_up():
+        loader.timing(reset=True)
+    rate, cores = measure(step, seconds, on_start=warmed_up)
     print("loader timing (s per batch):", loader.timing(), file=sys.stderr, flush=True)
     return rate, cores
 

@@ -133,14 +133,18 @@ class GPULoader:
             _Batches(self._cfg), batch_size=None, sampler=self._keys, num_workers=self.num_workers, collate_fn=_identity,
             prefetch_factor=self.prefetch if self.num_workers else None, persistent_workers=self.num_workers > 0)
 
-    def timing(self) -> dict:
+    def timing(self, reset: bool = False) -> dict:
         """Where the loader's background thread spent its time so far (GPU path), in seconds per
         batch: waiting for the workers; decoding (host time of decode_jpeg), of which the decoder
         itself (`decode_native`) and taking Python's GIL back after it (`decode_gil`: other Python
         threads, e.g. the training loop's, held it); decoding and augmenting together; and waiting
         for the consumer to take a batch (prefetch queue full: the loader is ahead). Large `workers`
-        means more num_workers would help."""
-        return self._timing.summary()
+        means more num_workers would help. reset=True starts the counts afresh (e.g. after a warm-up,
+        whose first batches also size the decoder's buffers)."""
+        out = self._timing.summary()
+        if reset:
+            self._timing = _Timing()
+        return out
 
     # DataLoader / DistributedSampler interface -------------------------------------------------
     def set_epoch(self, epoch: int) -> None:

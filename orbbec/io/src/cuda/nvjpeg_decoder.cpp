@@ -103,6 +103,9 @@ struct HwLane {
 };
 
 int default_threads() {
+  if (const char* env = std::getenv("ORBBEC_DECODE_THREADS")) {
+    if (std::atoi(env) > 0) return std::atoi(env);
+  }
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   return std::clamp(cores - 2, 2, 16);  // leave a core to the hardware lanes' submission
 }
@@ -151,11 +154,7 @@ class Decoder {
 
  private:
   void create(Worker& w) {
-    // The highest priority: the decoder's kernels are short and a training step waits for them;
-    // behind the step's long kernels at normal priority they would stretch every batch's decode.
-    int lowest = 0, highest = 0;
-    ORBBEC_CUDA(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
-    ORBBEC_CUDA(cudaStreamCreateWithPriority(&w.stream, cudaStreamNonBlocking, highest));
+    ORBBEC_CUDA(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking));
     ORBBEC_CUDA(cudaEventCreateWithFlags(&w.done, cudaEventDisableTiming));
     ORBBEC_NVJPEG(nvjpegJpegStreamCreate(hw_handle_ ? hw_handle_ : handle_, &w.header));
     ORBBEC_NVJPEG(nvjpegDecoderCreate(handle_, NVJPEG_BACKEND_HYBRID, &w.decoder));
