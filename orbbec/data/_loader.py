@@ -134,12 +134,13 @@ class GPULoader:
             prefetch_factor=self.prefetch if self.num_workers else None, persistent_workers=self.num_workers > 0)
 
     def timing(self, reset: bool = False) -> dict:
-        """Where the loader's background thread spent its time so far (GPU path), in seconds per
-        batch: waiting for the workers; decoding (host time of decode_jpeg), of which the decoder
-        itself (`decode_native`) and taking Python's GIL back after it (`decode_gil`: other Python
-        threads, e.g. the training loop's, held it); decoding and augmenting together; and waiting
-        for the consumer to take a batch (prefetch queue full: the loader is ahead). Large `workers`
-        means more num_workers would help. reset=True starts the counts afresh (e.g. after a warm-up,
+        """Where the loader's background threads spent their time so far (GPU path), in seconds per
+        batch: the decoding thread waiting for the workers' batches; decoding (host time of
+        decode_jpeg), of which the decoder itself (`decode_native`) and taking Python's GIL back
+        after it (`decode_gil`: other Python threads, e.g. the training loop's, held it); the
+        augmenting thread's warp and target copies (`augment`, overlapping the next decode); and
+        waiting for the consumer to take a batch (prefetch queue full: the loader is ahead). Large
+        `workers` means more num_workers would help. reset=True starts the counts afresh (e.g. after a warm-up,
         whose first batches also size the decoder's buffers)."""
         out = self._timing.summary()
         if reset:
@@ -189,8 +190,14 @@ class GPULoader:
 
 
 def assemble(cfg: _Config, batch: HostBatch) -> None:
-    """Decodes and augments a batch on cfg.device (in the current stream); fills batch.images and
-    leaves in batch.extra["rows"] the samples kept."""
+    """Decodes and augments a batch on cfg.device (in the current stream)."""
+    decode_batch(cfg, batch)
+    augment_batch(cfg, batch)
+
+
+def decode_batch(cfg: _Config, batch: HostBatch) -> None:
+    """Decodes the batch's images (in the current stream); leaves in batch.extra the images and the
+    rows (samples) kept, and raises for a bad sample when on_error="raise"."""
     encoded = batch.buffers()
     pos = [i for i, e in enumerate(encoded) if e is not None]
     images = list(batch.decoded)
@@ -209,12 +216,18 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
         raise JpegDecodeError(f"GPULoader: sample {batch.indices[i]} (position {i} of its batch): "
                               f"{batch.errors[i] or 'could not be decoded'}", batch.indices[i])
     batch.extra["rows"], batch.extra["bad"] = rows, [batch.indices[i] for i in bad]
-    images = [images[i].to(cfg.device, non_blocking=True) if images[i].device != cfg.device else images[i]
-              for i in rows]
+    batch.extra["images"] = [images[i].to(cfg.device, non_blocking=True) if images[i].device != cfg.device
+                             else images[i] for i in rows]
     batch.extra["decode_s"] = time.perf_counter() - t0
     if pos and cfg.device.type == "cuda":
         batch.extra["native_s"] = getattr(io_last_call, "native_s", 0.0)
         batch.extra["call_s"] = getattr(io_last_call, "call_s", 0.0)
+
+
+def augment_batch(cfg: _Config, batch: HostBatch) -> None:
+    """Warps (and normalises) the decoded images of decode_batch into batch.images; the targets keep
+    the rows kept."""
+    rows, images = batch.extra["rows"], batch.extra.pop("images")
     if not rows:
         batch.images = None
     elif cfg.transform is None:
@@ -231,15 +244,17 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
 
 
 class _Timing:
-    NAMES = ("workers", "decode", "decode_native", "decode_gil", "decode_and_augment", "consumer")
+    NAMES = ("workers", "decode", "decode_native", "decode_gil", "augment", "consumer")
 
     def __init__(self):
         self.batches, self.totals = 0, dict.fromkeys(self.NAMES, 0.0)
+        self.lock = threading.Lock()  # the decoding and the augmenting thread both add
 
-    def add(self, **seconds):
-        self.batches += 1
-        for k, v in seconds.items():
-            self.totals[k] += v
+    def add(self, batch_done=False, **seconds):
+        with self.lock:
+            self.batches += batch_done
+            for k, v in seconds.items():
+                self.totals[k] += v
 
     def summary(self) -> dict:
         n = max(self.batches, 1)
@@ -279,10 +294,10 @@ class _Epoch:
 
 
 class _CudaEpoch:
-    """Two background threads: one takes the workers' batches off the DataLoader (unpickling, mapping
-    shared memory), the other runs assemble() on each, on the loader's side stream; the results are
-    handed over to the consumer's current stream. Two threads, so that receiving batch i+1 overlaps
-    with decoding batch i."""
+    """Three background threads, so that each stage overlaps the others' next batch: one takes the
+    workers' batches off the DataLoader (unpickling), one decodes them and one warps them, both on
+    the loader's side stream (stream order keeps each warp after its decode); the results are handed
+    over to the consumer's current stream."""
 
     def __init__(self, loader: GPULoader, reader):
         self.loader, self.reader = loader, reader
@@ -293,9 +308,11 @@ class _CudaEpoch:
         self.stream = loader._stream
         self.queue: "queue.Queue" = queue.Queue(maxsize=loader.prefetch)
         self.received: "queue.Queue" = queue.Queue(maxsize=2)
+        self.decoded: "queue.Queue" = queue.Queue(maxsize=1)
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._receive, name="orbbec-loader-receive", daemon=True),
-                        threading.Thread(target=self._produce, name="orbbec-loader", daemon=True)]
+                        threading.Thread(target=self._decode, name="orbbec-loader-decode", daemon=True),
+                        threading.Thread(target=self._augment, name="orbbec-loader-augment", daemon=True)]
         for t in self.threads:
             t.start()
 
@@ -319,42 +336,64 @@ class _CudaEpoch:
         except BaseException as e:  # handed on, raised in the consumer
             self._put(e, self.received)
 
-    def _batches(self):
+    def _items(self, q):
         while True:
-            item = self.received.get()
+            try:
+                item = q.get(timeout=0.1)
+            except queue.Empty:
+                if self.stop.is_set():  # closed early: the stage before has stopped too
+                    return
+                continue
             if item is _DONE:
                 return
             if isinstance(item, BaseException):
                 raise item
             yield item
 
-    def _produce(self):
+    def _decode(self):
         ld = self.loader
         try:
             torch.cuda.set_device(ld.device)
             with torch.cuda.stream(self.stream):
                 t = time.perf_counter()
-                for batch in self._batches():
+                for batch in self._items(self.received):
                     if self.stop.is_set():
                         return
                     t1 = time.perf_counter()
                     try:
-                        assemble(ld._cfg, batch)
-                        _pin_and_move(batch, ld.device)
+                        decode_batch(ld._cfg, batch)
                     finally:
-                        event = torch.cuda.Event()
-                        event.record(self.stream)
                         if batch.slot is not None:  # its bytes are free once the GPU has read them
+                            event = torch.cuda.Event()
+                            event.record(self.stream)
                             ld._cfg.slots.release_after(*batch.slot, event)
+                    x = batch.extra
+                    ld._timing.add(workers=t1 - t, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
+                                   decode_gil=x.get("call_s", 0.0) - x.get("native_s", 0.0))
+                    if not self._put(batch, self.decoded):
+                        return
+                    t = time.perf_counter()
+            self._put(_DONE, self.decoded)
+        except BaseException as e:  # handed on, raised in the consumer
+            self._put(e, self.decoded)
+
+    def _augment(self):
+        ld = self.loader
+        try:
+            torch.cuda.set_device(ld.device)
+            with torch.cuda.stream(self.stream):
+                for batch in self._items(self.decoded):
+                    if self.stop.is_set():
+                        return
+                    t1 = time.perf_counter()
+                    augment_batch(ld._cfg, batch)
+                    _pin_and_move(batch, ld.device)
+                    event = torch.cuda.Event()
+                    event.record(self.stream)
                     t2 = time.perf_counter()
                     if not self._put((batch, event)):
                         return
-                    t3 = time.perf_counter()
-                    x = batch.extra
-                    ld._timing.add(workers=t1 - t, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
-                                   decode_gil=x.get("call_s", 0.0) - x.get("native_s", 0.0),
-                                   decode_and_augment=t2 - t1, consumer=t3 - t2)
-                    t = t3
+                    ld._timing.add(batch_done=True, augment=t2 - t1, consumer=time.perf_counter() - t2)
             self._put(_DONE)
         except BaseException as e:  # handed to the consumer, raised there
             self._put(e)
