@@ -366,6 +366,7 @@ def main():
     ap.add_argument("--workloads", default="cls-1080p,cls-500x375,face,det")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--workers", type=int, default=4, help="orbbec's DataLoader workers (reading bytes)")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per pipeline before it counts as timed out")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--run", default=None, help=argparse.SUPPRESS)
@@ -399,7 +400,7 @@ def main():
                 if load is not None:
                     cmd += ["--hw-load", str(load)]
                 try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180 + 4 * args.seconds)
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout or 180 + 4 * args.seconds)
                     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                     rows[label] = json.loads(line[-1][7:]) if line else \
                         {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
