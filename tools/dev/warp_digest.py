@@ -16,6 +16,19 @@ seams) with per-image random rotations, scales and shifts from fixed seeds; some
 of the output off the image. Only the public API is used (orbbec.warpaffine.warp_affine with names
 for the modes), so the same file runs on old and new builds. CPU and CUDA builds give the same
 digests (the tests require it), so a CPU run is a reference too.
+
+With --backward it digests the gradients instead: grad_src and grad_matrix from autograd through the
+plain warp (inverse_map=True, so grad_matrix is the kernel's own) with a fixed random upstream
+gradient that holds some exact zeros, over the float dtypes, interpolations, border modes, layouts
+and 1 or 3 channels, and with only one of the two gradients asked for. Two families:
+
+- "general": random rotations, scales and shears, some upsampling. The CPU backward sums in a fixed
+  order, so these are exact references there. The CUDA backward scatters with atomics in an order
+  that changes from run to run, so its general digests need not repeat.
+- "exact": matrices and values chosen so that every product and sum is exact (dyadic fractions
+  with few bits: scales of 1, 2 and 1/2, quarter-turns, half-pixel offsets, upstream gradients in
+  quarters). The order of the additions cannot change a bit, so these digests repeat on CUDA and
+  equal the CPU's. On CUDA, compare these:  --backward --exact-only.
 """
 from __future__ import annotations
 
@@ -160,15 +173,96 @@ def cases(device: str, quick: bool):
                 xl, M, (ow, oh), out_dtype=torch.float32, scale=1 / 255, mean=mean, std=std, reverse_channels=True)
 
 
+BACKWARD_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def upstream(shape, seed: int, exact: bool) -> torch.Tensor:
+    """A fixed upstream gradient (float64, on the CPU): standard normal, or whole quarters in [-2, 2]
+    for the exact family; every seventh element an exact zero (the kernels skip those)."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(-8, 9, shape, generator=g).double() / 4 if exact else torch.randn(shape, generator=g,
+                                                                                        dtype=torch.float64)
+    t.view(-1)[::7] = 0
+    return t
+
+
+def exact_matrices(count: int, h: int, w: int) -> np.ndarray:
+    """Inverse maps (output pixel -> input position) [count, 2, 3] whose coordinates are halves or
+    whole numbers: shifts, quarter-turns, mirrors and scales of 2 and 1/2, some reaching past the image."""
+    mats = [
+        [[1, 0, 0.5], [0, 1, -1.5]],
+        [[0, -1, w - 0.5], [1, 0, 0.5]],
+        [[2, 0, -3.5], [0, 0.5, 1.0]],
+        [[-0.5, 0, w + 2.5], [0, -2, h + 4.5]],
+    ]
+    return np.array([mats[i % len(mats)] for i in range(count)], dtype=np.float64)
+
+
+def backward_cases(device: str, quick: bool, exact_only: bool):
+    """Yields (name, function returning (grad_src, grad_matrix)); a gradient not asked for is None."""
+    dev = torch.device(device)
+    families = [("exact", 20, 24, (16, 16))]
+    if not exact_only:
+        families.insert(0, ("general", 37, 45, (40, 48)))
+    for family, h, w, (oh, ow) in families:
+        exact = family == "exact"
+        for channels in (1, 3):
+            x8 = torch.from_numpy(photographs(4, h, w, seed=h + channels)).permute(0, 3, 1, 2)
+            x8 = (x8[:, 1:2] if channels == 1 else x8).contiguous()
+            if exact:
+                M = torch.from_numpy(exact_matrices(4, h, w))
+            else:  # inverse maps of the forward cases' random matrices
+                M = torch.from_numpy(matrices(4, (oh, ow), (h, w), seed=w + channels, spread=0.25))
+            values = [7.0, 130.5, -2.25][:channels]
+            go64 = upstream((4, channels, oh, ow), seed=oh + channels, exact=exact)
+            for dtype in BACKWARD_DTYPES:
+                if quick and dtype not in ("float32", "float16"):
+                    continue
+                x = as_dtype(x8, dtype)
+                for layout in ("NCHW", "NHWC"):
+                    fmt = torch.contiguous_format if layout == "NCHW" else torch.channels_last
+                    for interp in INTERPOLATIONS:
+                        for border in BORDERS:
+                            needs = [(True, True)]
+                            if interp == "bilinear" and border == "reflect":
+                                needs += [(True, False), (False, True)]
+                            for need_src, need_mat in needs:
+                                only = "" if need_src and need_mat else (" src only" if need_src else " matrix only")
+                                name = f"backward {family} C{channels} {dtype} {layout} {interp} {border}{only}"
+                                yield name, lambda x=x, M=M, fmt=fmt, go64=go64, interp=interp, border=border, \
+                                    values=values, need_src=need_src, need_mat=need_mat: gradients(
+                                        x, M, go64, fmt, dev, interp, border, values, need_src, need_mat)
+
+
+def gradients(x, M, go64, fmt, dev, interp, border, values, need_src, need_mat):
+    # fresh leaves: the cases share x and M
+    xs = x.to(dev).contiguous(memory_format=fmt).clone().requires_grad_(need_src)
+    Ms = M.to(dev).clone().requires_grad_(need_mat)
+    out = warp_affine(xs, Ms, (go64.shape[3], go64.shape[2]), interpolation=interp, border_mode=border,
+                      border_value=values, inverse_map=True)
+    go = go64.to(device=dev, dtype=x.dtype).contiguous(memory_format=fmt)
+    out.backward(go)
+    return xs.grad if need_src else None, Ms.grad if need_mat else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="write the digests here (else print them)")
-    parser.add_argument("--quick", action="store_true", help="uint8 and float32 only, no det batch")
+    parser.add_argument("--quick", action="store_true",
+                        help="uint8 and float32 only, no det batch (backward: float32 and float16 only)")
+    parser.add_argument("--backward", action="store_true", help="digest grad_src and grad_matrix instead")
+    parser.add_argument("--exact-only", action="store_true",
+                        help="with --backward: only the cases whose gradients repeat on CUDA")
     args = parser.parse_args()
     lines = []
-    for name, fn in cases(args.device, args.quick):
-        lines.append(f"{name}: {digest(fn())}")
+    if args.backward:
+        for name, fn in backward_cases(args.device, args.quick, args.exact_only):
+            grads = fn()
+            lines.append(f"{name}: " + " | ".join("-" if g is None else digest(g) for g in grads))
+    else:
+        for name, fn in cases(args.device, args.quick):
+            lines.append(f"{name}: {digest(fn())}")
     text = "\n".join(lines) + "\n"
     if args.out:
         with open(args.out, "w") as f:

@@ -278,5 +278,55 @@ ORBBEC_HD bool resolve_tap(int64_t& ix, int64_t& iy, int64_t H, int64_t W, int64
   return true;
 }
 
+// The backward pass at output pixel (x, y) of one image, whose source position is (sx, sy): the
+// same operations in the same order on both devices. The callers say where things are and how
+// gradient is added: grad_out(c) and src(c, iy, ix) read the upstream gradient and a source pixel
+// in the caller's layout, grad_src(c, iy, ix) is the address of a source pixel's gradient and
+// add(address, value) adds to it (directly on the CPU, where one thread owns an image; with an
+// atomic on CUDA, where threads share one). The pixel's share of the matrix gradient, from
+// d(sx)/dM = (x, y, 1) and the derivatives of the tap weights in fx, fy, is added to dm; the
+// callers reduce dm across pixels their own way.
+template <typename scalar_t, typename GradOut, typename Src, typename GradSrc, typename Add>
+ORBBEC_HD void backward_pixel(acc_type<scalar_t> sx, acc_type<scalar_t> sy, int64_t x, int64_t y, int64_t C,
+                              int64_t H, int64_t W, int64_t interp, int64_t border, const BorderValues& bv,
+                              bool need_src, bool need_mat, const GradOut& grad_out, const Src& src,
+                              const GradSrc& grad_src, const Add& add, double dm[6]) {
+  using acc_t = acc_type<scalar_t>;
+  const Taps<acc_t> t = make_taps(sx, sy, interp);
+  if (!t.valid) return;
+  acc_t w[16], dwx[16], dwy[16];
+  tap_weights(t, w, dwx, dwy);
+  double gx = 0, gy = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    const acc_t go = static_cast<acc_t>(grad_out(c));
+    // A zero gradient contributes nothing, even from an inf/NaN source pixel (0 * inf would make
+    // grad_matrix NaN); on CUDA the skip also saves the atomics.
+    if (go == acc_t(0)) continue;
+    for (int j = 0; j < t.n; ++j) {
+      for (int i = 0; i < t.n; ++i) {
+        int64_t ix = t.x0 + i, iy = t.y0 + j;
+        const int k = j * t.n + i;
+        // A tap on the constant border has no source pixel to send gradient to, but its value
+        // still moves the output when the matrix moves the sample point.
+        const bool inside = resolve_tap(ix, iy, H, W, border);
+        if (inside && need_src) {
+          // the address before the product, as the CUDA kernel had it: in the other order ptxas
+          // gives its float64 instance registers past an allocation step (less occupancy)
+          acc_t* const to = grad_src(c, iy, ix);
+          add(to, w[k] * go);
+        }
+        if (need_mat) {
+          const double v = inside ? double(src(c, iy, ix))
+                                  : double(static_cast<acc_t>(Store<scalar_t, double>::cast(bv[c])));
+          gx += double(dwx[k]) * v * double(go);
+          gy += double(dwy[k]) * v * double(go);
+        }
+      }
+    }
+  }
+  dm[0] += gx * x; dm[1] += gx * y; dm[2] += gx;
+  dm[3] += gy * x; dm[4] += gy * y; dm[5] += gy;
+}
+
 }  // namespace warpaffine
 }  // namespace orbbec

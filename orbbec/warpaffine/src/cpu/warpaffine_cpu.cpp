@@ -175,8 +175,8 @@ Geometry geometry(const at::Tensor& src, const at::Tensor& out) {
 }
 
 // Backward, one image per task (taps of different output pixels of one image may share a source
-// pixel, so the image's gradient is accumulated by a single thread). The matrix gradient follows
-// from d(sx)/dM = (x, y, 1) and the derivative of the tap weights in fx, fy.
+// pixel, so the image's gradient is accumulated by a single thread); the per-pixel step is
+// backward_pixel in common/warpaffine.h, shared with the CUDA kernel.
 template <typename scalar_t>
 void backward_kernel(const at::Tensor& grad_out, const at::Tensor& src, const at::Tensor& mat,
                      at::Tensor& grad_src_acc, at::Tensor& grad_mat, int64_t interp, int64_t border,
@@ -195,34 +195,12 @@ void backward_kernel(const at::Tensor& grad_out, const at::Tensor& src, const at
       for (int64_t y = 0; y < g.OH; ++y) {
         const double rx = row_term(M[1], M[2], y), ry = row_term(M[4], M[5], y);
         for (int64_t x = 0; x < g.OW; ++x) {
-          const Taps<acc_t> t =
-              make_taps(source_coord(M[0], rx, x, acc_t()), source_coord(M[3], ry, x, acc_t()), interp);
-          if (!t.valid) continue;
-          acc_t w[16], dwx[16], dwy[16];
-          tap_weights(t, w, dwx, dwy);
-          double gx = 0, gy = 0;
-          for (int64_t c = 0; c < g.C; ++c) {
-            const acc_t go = static_cast<acc_t>(gp[b * g.o0 + c * g.o1 + y * g.o2 + x * g.o3]);
-            if (go == acc_t(0)) continue;
-            for (int j = 0; j < t.n; ++j) {
-              for (int i = 0; i < t.n; ++i) {
-                int64_t ix = t.x0 + i, iy = t.y0 + j;
-                const int k = j * t.n + i;
-                // A tap on the constant border has no source pixel to send gradient to, but its
-                // value still moves the output when the matrix moves the sample point.
-                const bool inside = resolve_tap(ix, iy, g.H, g.W, border);
-                if (inside && need_src) gs[((b * g.C + c) * g.H + iy) * g.W + ix] += w[k] * go;
-                if (need_mat) {
-                  const double v = inside ? double(sp[b * g.s0 + c * g.s1 + iy * g.s2 + ix * g.s3])
-                                          : double(static_cast<acc_t>(Store<scalar_t, double>::cast(bv[c])));
-                  gx += double(dwx[k]) * double(v) * double(go);
-                  gy += double(dwy[k]) * double(v) * double(go);
-                }
-              }
-            }
-          }
-          dm[0] += gx * x; dm[1] += gx * y; dm[2] += gx;
-          dm[3] += gy * x; dm[4] += gy * y; dm[5] += gy;
+          backward_pixel<scalar_t>(
+              source_coord(M[0], rx, x, acc_t()), source_coord(M[3], ry, x, acc_t()), x, y, g.C, g.H, g.W, interp,
+              border, bv, need_src, need_mat, [&](int64_t c) { return gp[b * g.o0 + c * g.o1 + y * g.o2 + x * g.o3]; },
+              [&](int64_t c, int64_t iy, int64_t ix) { return sp[b * g.s0 + c * g.s1 + iy * g.s2 + ix * g.s3]; },
+              [&](int64_t c, int64_t iy, int64_t ix) { return gs + ((b * g.C + c) * g.H + iy) * g.W + ix; },
+              [](acc_t* to, acc_t v) { *to += v; }, dm);
         }
       }
       for (int k = 0; k < 6; ++k) gm[b * 6 + k] = dm[k];

@@ -160,8 +160,9 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   return out;
 }
 
-// Backward: one thread per output pixel, gradients scattered with atomics (float accumulator);
-// the matrix gradient is reduced in shared memory per block first.
+// Backward: one thread per output pixel (the per-pixel step is backward_pixel in
+// common/warpaffine.h, shared with the CPU kernel), gradients scattered with atomics (float
+// accumulator); the matrix gradient is reduced in shared memory per block first.
 template <typename scalar_t>
 __global__ void warp_backward_kernel(const scalar_t* __restrict__ grad_out, const scalar_t* __restrict__ src,
                                      const double* __restrict__ mats, acc_type<scalar_t>* __restrict__ grad_src,
@@ -175,34 +176,14 @@ __global__ void warp_backward_kernel(const scalar_t* __restrict__ grad_out, cons
     double dm[6] = {0, 0, 0, 0, 0, 0};
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
       const int64_t x = i % L.OW, y = i / L.OW;
-      const Taps<acc_t> t = make_taps(source_coord(M[0], row_term(M[1], M[2], y), x, acc_t()),
-                                      source_coord(M[3], row_term(M[4], M[5], y), x, acc_t()), interp);
-      if (!t.valid) continue;
-      acc_t w[16], dwx[16], dwy[16];
-      tap_weights(t, w, dwx, dwy);
-      double gx = 0, gy = 0;
-      for (int64_t c = 0; c < L.C; ++c) {
-        const acc_t go = static_cast<acc_t>(grad_out[element_offset(L, b, c, y, x, L.OH, L.OW)]);
-        // As the CPU kernel: a zero gradient contributes nothing. Without the skip, an inf/NaN
-        // source pixel gives 0 * inf = NaN in grad_matrix here but 0 on CPU (and it saves atomics).
-        if (go == acc_t(0)) continue;
-        for (int j = 0; j < t.n; ++j) {
-          for (int k0 = 0; k0 < t.n; ++k0) {
-            int64_t ix = t.x0 + k0, iy = t.y0 + j;
-            const int k = j * t.n + k0;
-            const bool inside = resolve_tap(ix, iy, H, W, border);
-            if (inside && need_src) atomicAdd(grad_src + ((b * L.C + c) * H + iy) * W + ix, w[k] * go);
-            if (need_mat) {
-              const double v = inside ? double(src[element_offset(L, b, c, iy, ix, H, W)])
-                                      : double(static_cast<acc_t>(Store<scalar_t, double>::cast(bv[c])));
-              gx += double(dwx[k]) * v * double(go);
-              gy += double(dwy[k]) * v * double(go);
-            }
-          }
-        }
-      }
-      dm[0] += gx * x; dm[1] += gx * y; dm[2] += gx;
-      dm[3] += gy * x; dm[4] += gy * y; dm[5] += gy;
+      backward_pixel<scalar_t>(
+          source_coord(M[0], row_term(M[1], M[2], y), x, acc_t()),
+          source_coord(M[3], row_term(M[4], M[5], y), x, acc_t()), x, y, L.C, H, W, interp, border, bv, need_src,
+          need_mat, [&](int64_t c) { return grad_out[element_offset(L, b, c, y, x, L.OH, L.OW)]; },
+          [&](int64_t c, int64_t iy, int64_t ix) { return src[element_offset(L, b, c, iy, ix, H, W)]; },
+          [&](int64_t c, int64_t iy, int64_t ix) { return grad_src + ((b * L.C + c) * H + iy) * W + ix; },
+          [](acc_t* to, acc_t v) { atomicAdd(to, v); },
+          dm);
     }
     if (need_mat) {
       for (int k = 0; k < 6; ++k) {
