@@ -33,6 +33,8 @@ SOFT_NMS_METHODS = {"linear": 1, "gaussian": 2}
 
 
 def _number(value, name: str) -> float:
+    if type(value) is float and value == value:  # the common call, before the ABC check's cost
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"orbbec.nms: '{name}' must be a number, got {type(value).__name__}")
     value = float(value)
@@ -56,9 +58,10 @@ def _empty(boxes, *others) -> bool:
     return boxes.numel() == 0 and all(t.numel() == 0 for t in others)
 
 
-def _check_boxes_scores(boxes, scores) -> None:
-    _check_tensor(boxes, "boxes")
-    _check_tensor(scores, "scores")
+def _check_boxes_scores(boxes, scores, tensors_checked: bool = False) -> None:
+    if not tensors_checked:
+        _check_tensor(boxes, "boxes")
+        _check_tensor(scores, "scores")
     if boxes.dim() != 2 or boxes.shape[1] != 4:
         raise ArgumentError(f"orbbec.nms: 'boxes' must have shape [N, 4] (x1, y1, x2, y2), got {tuple(boxes.shape)}")
     if not boxes.is_floating_point():
@@ -105,7 +108,7 @@ def nms(boxes: torch.Tensor, scores: Union[torch.Tensor, float, None] = None,
     _check_tensor(scores, "scores")
     if _empty(boxes, scores):
         return _empty_result(boxes, iou_threshold)
-    _check_boxes_scores(boxes, scores)
+    _check_boxes_scores(boxes, scores, tensors_checked=True)
     return call_op(torch.ops.orbbec.nms, boxes, scores, _number(iou_threshold, "iou_threshold"))
 
 
@@ -126,7 +129,7 @@ def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor,
     _check_tensor(idxs, "idxs")
     if _empty(boxes, scores, idxs):
         return _empty_result(boxes, iou_threshold)
-    _check_boxes_scores(boxes, scores)
+    _check_boxes_scores(boxes, scores, tensors_checked=True)
     if idxs.dim() != 1 or idxs.shape[0] != boxes.shape[0]:
         raise ArgumentError(f"orbbec.nms: 'idxs' must have shape [{boxes.shape[0]}] (one class id per box), "
                          f"got {tuple(idxs.shape)}")

@@ -36,7 +36,18 @@ _CV2_BORDERS = frozenset(_BORDERS.values())
 _DTYPES = (torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def _mode_code(value, names: dict, cv2_codes: frozenset, arg: str) -> int:
+# Exact str and int keys straight to their codes (the common call); anything else (another case,
+# an int subclass such as an IntEnum) takes _mode_code's full rules. A bool or a float never
+# reaches the table, whose int keys it would hash equal to.
+_INTERP_CODES = {**_INTERPOLATIONS, **{c: c for c in _CV2_INTERPOLATIONS}}
+_BORDER_CODES = {**_BORDERS, **{c: c for c in _CV2_BORDERS}}
+
+
+def _mode_code(value, names: dict, cv2_codes: frozenset, arg: str, codes: Optional[dict] = None) -> int:
+    if codes is not None and (type(value) is str or type(value) is int):
+        code = codes.get(value)
+        if code is not None:
+            return code
     if isinstance(value, str) and value.lower() in names:
         return names[value.lower()]
     if isinstance(value, int) and not isinstance(value, bool) and value in cv2_codes:
@@ -48,6 +59,7 @@ def _mode_code(value, names: dict, cv2_codes: frozenset, arg: str) -> int:
 # larger is most likely [B, H, W, C] (what decoders and numpy give), which read as NCHW would warp
 # garbage without any error.
 _IMAGE_CHANNELS = (1, 3, 4)
+_MAX_IMAGE_CHANNELS = max(_IMAGE_CHANNELS)
 _MAX_FUSED_CHANNELS = 64  # kMaxBorderChannels of the C++ op
 
 
@@ -57,8 +69,9 @@ def _tensor_layout(src: torch.Tensor, input_layout: Optional[str]) -> torch.Tens
         return src.movedim(-1, -3) if src.dim() >= 3 else src
     if input_layout not in (None, "NCHW"):
         raise ArgumentError(f"orbbec: 'input_layout' of a tensor 'src' must be 'NCHW' or 'NHWC', got {input_layout!r}")
-    if input_layout is None and src.dim() in (3, 4) and src.shape[-1] in _IMAGE_CHANNELS \
-            and src.shape[-3] > max(_IMAGE_CHANNELS):
+    shape = src.shape
+    if input_layout is None and len(shape) in (3, 4) and shape[-1] in _IMAGE_CHANNELS \
+            and shape[-3] > _MAX_IMAGE_CHANNELS:
         raise ArgumentError(
             f"orbbec: 'src' of shape {tuple(src.shape)} looks channels-last ([B, H, W, C] with C = {src.shape[-1]}) "
             f"but is read as [B, C, H, W] with C = {src.shape[-3]}: pass input_layout='NHWC' to read it as "
@@ -70,17 +83,18 @@ def _tensor_layout(src: torch.Tensor, input_layout: Optional[str]) -> torch.Tens
 def _check_src(src) -> Tuple[torch.Tensor, bool]:
     if not isinstance(src, torch.Tensor):
         raise ArgumentTypeError(f"orbbec: 'src' must be a torch.Tensor, got {type(src).__name__}")
-    if src.dim() not in (3, 4):
-        raise ArgumentError(f"orbbec: 'src' must be [B, C, H, W] or [C, H, W], got shape {tuple(src.shape)}")
+    shape = src.shape  # read once: every .shape builds a new torch.Size
+    if len(shape) not in (3, 4):
+        raise ArgumentError(f"orbbec: 'src' must be [B, C, H, W] or [C, H, W], got shape {tuple(shape)}")
     if src.dtype not in _DTYPES:
         raise ArgumentTypeError(f"orbbec: 'src' must be uint8, float16, bfloat16, float32 or float64, got {src.dtype}")
-    batched = src.dim() == 4
-    src4 = src if batched else src.unsqueeze(0)
-    if src4.shape[1] == 0:
-        raise ArgumentError(f"orbbec: 'src' must have at least one channel, got shape {tuple(src.shape)}")
-    if src4.shape[0] > 0 and (src4.shape[2] == 0 or src4.shape[3] == 0):
-        raise ArgumentError(f"orbbec: 'src' must have a non-empty height and width, got shape {tuple(src.shape)}")
-    return src4, batched
+    batched = len(shape) == 4
+    B, C, H, W = shape if batched else (1, *shape)
+    if C == 0:
+        raise ArgumentError(f"orbbec: 'src' must have at least one channel, got shape {tuple(shape)}")
+    if B > 0 and (H == 0 or W == 0):
+        raise ArgumentError(f"orbbec: 'src' must have a non-empty height and width, got shape {tuple(shape)}")
+    return (src if batched else src.unsqueeze(0)), batched
 
 
 def _check_matrix(M, src4: torch.Tensor, arg: str = "M") -> torch.Tensor:
@@ -93,11 +107,13 @@ def _check_matrix(M, src4: torch.Tensor, arg: str = "M") -> torch.Tensor:
         raise ArgumentTypeError(f"orbbec: '{arg}' must be float32 or float64, got {M.dtype}")
     if M.device != src4.device:
         raise ArgumentError(f"orbbec: '{arg}' must be on the device of 'src' ({src4.device}), got {M.device}")
-    if M.dim() == 2 and tuple(M.shape) == (2, 3):
-        M = M.unsqueeze(0).expand(src4.shape[0], 2, 3)
-    if M.dim() != 3 or tuple(M.shape[1:]) != (2, 3) or M.shape[0] != src4.shape[0]:
-        raise ArgumentError(f"orbbec: '{arg}' must have shape [B, 2, 3] with B = {src4.shape[0]} (the batch of "
-                         f"'src') or [2, 3], got {tuple(M.shape)}")
+    shape, batch = M.shape, src4.shape[0]
+    if shape == (2, 3):
+        # a view with batch stride 0: the ops read the matrices through their strides, no copy
+        return M.expand(batch, 2, 3)
+    if len(shape) != 3 or shape[1:] != (2, 3) or shape[0] != batch:
+        raise ArgumentError(f"orbbec: '{arg}' must have shape [B, 2, 3] with B = {batch} (the batch of "
+                         f"'src') or [2, 3], got {tuple(shape)}")
     return M
 
 
@@ -223,14 +239,28 @@ def warp_affine(
         M = _check_matrix(M, src4)
         channels, dtype = src4.shape[1], src4.dtype
     out_w, out_h = _output_size(dsize, size)
-    interp = _mode_code(interpolation, _INTERPOLATIONS, _CV2_INTERPOLATIONS, "interpolation")
-    border = _mode_code(border_mode, _BORDERS, _CV2_BORDERS, "border_mode")
+    interp = _mode_code(interpolation, _INTERPOLATIONS, _CV2_INTERPOLATIONS, "interpolation", _INTERP_CODES)
+    border = _mode_code(border_mode, _BORDERS, _CV2_BORDERS, "border_mode", _BORDER_CODES)
     values = _border_values(border_value, channels)
-    inv = M if inverse_map else invert_affine(M)
+    grad = torch.is_grad_enabled() and (M.requires_grad or (not is_list and src4.requires_grad))
+    # The ops invert a forward matrix themselves (invert_matrix: in the kernels' prologue on CUDA,
+    # with invert_affine's arithmetic, so the same bits), sparing a launch, a dispatch and the
+    # float64 conversion or copy of M per call. A matrix that needs a gradient is inverted here by
+    # invert_affine's differentiable formula.
+    invert = not inverse_map
+    if invert and grad and M.requires_grad:
+        M, invert = invert_affine(M), False
     fused = is_list or out_dtype is not None or mean is not None or std is not None or scale != 1.0 \
         or reverse_channels or out_layout is not None
     if not fused:
-        out = torch.ops.orbbec.warp_affine(src4, inv, out_h, out_w, interp, border, values)
+        if grad or dtype == torch.float64 or channels > _MAX_FUSED_CHANNELS:
+            out = torch.ops.orbbec.warp_affine(src4, M, out_h, out_w, interp, border, values, invert)
+        else:
+            # Without autograd the plain warp is the fused op with the identity output transform (the
+            # same kernels, the same bits), which skips the plain op's Python autograd kernel: about a
+            # quarter of a small call's host time.
+            out = torch.ops.orbbec.warp_affine_fused(src4, M, out_h, out_w, interp, border, values, dtype, [], [],
+                                                     1.0, False, is_channels_last(src4), invert)
         return out if batched else out.squeeze(0)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (images if is_list else [src4])):
         raise ArgumentError(
@@ -252,8 +282,8 @@ def warp_affine(
     std_list = _per_channel(std, channels, "std")
     if any(v == 0 for v in std_list):
         raise ArgumentError("orbbec: 'std' must be non-zero")
-    args = (inv, out_h, out_w, interp, border, values, out_dtype, mean_list, std_list, float(scale),
-            bool(reverse_channels), channels_last)
+    args = (M, out_h, out_w, interp, border, values, out_dtype, mean_list, std_list, float(scale),
+            bool(reverse_channels), channels_last, invert)
     if is_list:
         return torch.ops.orbbec.warp_affine_list(images, *args)
     out = torch.ops.orbbec.warp_affine_fused(src4, *args)

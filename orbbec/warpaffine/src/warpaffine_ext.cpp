@@ -133,20 +133,22 @@ void check_invert_args(const at::Tensor& matrix) {
 }  // namespace orbbec
 
 TORCH_LIBRARY_FRAGMENT(orbbec, m) {
-  // Argument names are the Python API's (orbbec.warpaffine.warp_affine). M here is always the inverse
-  // map: it maps each output pixel to the input position it samples (inverse_map=True,
-  // cv2.WARP_INVERSE_MAP); border_mode and interpolation are cv2's integer codes.
+  // Argument names are the Python API's (orbbec.warpaffine.warp_affine). M is the inverse map: it
+  // maps each output pixel to the input position it samples (inverse_map=True,
+  // cv2.WARP_INVERSE_MAP), unless invert_matrix, where M maps source to destination and the op
+  // inverts it (in float64, with invert_affine's arithmetic) on its way to the kernels: no separate
+  // inversion, conversion or copy launch per call. border_mode and interpolation are cv2's integer codes.
   m.def("warp_affine(Tensor src, Tensor M, int out_h, int out_w, int interpolation, "
-        "int border_mode, float[] border_value) -> Tensor");
+        "int border_mode, float[] border_value, bool invert_matrix=False) -> Tensor");
   // warp_affine, then out = (v * scale - mean) / std per channel (channels optionally reversed),
   // written as out_dtype in NCHW or NHWC, in one pass. No autograd.
   m.def("warp_affine_fused(Tensor src, Tensor M, int out_h, int out_w, int interpolation, "
         "int border_mode, float[] border_value, ScalarType out_dtype, float[] mean, float[] std, float scale, "
-        "bool reverse_channels, bool channels_last_out) -> Tensor");
+        "bool reverse_channels, bool channels_last_out, bool invert_matrix=False) -> Tensor");
   // The same for a list of HWC images of different sizes (as decoders return them), one launch.
   m.def("warp_affine_list(Tensor[] src, Tensor M, int out_h, int out_w, int interpolation, "
         "int border_mode, float[] border_value, ScalarType out_dtype, float[] mean, float[] std, float scale, "
-        "bool reverse_channels, bool channels_last_out) -> Tensor");
+        "bool reverse_channels, bool channels_last_out, bool invert_matrix=False) -> Tensor");
   // Inverse of float64 affine matrices [N, 2, 3] in one launch (cv2.invertAffineTransform); no autograd.
   m.def("invert_affine(Tensor M) -> Tensor");
   // Gradients of warp_affine with respect to src and M (zeros where not needed).

@@ -90,18 +90,41 @@ void warp_images(const std::vector<ImageView<in_t>>& images, const double* mats,
   });
 }
 
+// The maps the row kernels take (output pixel -> input position), B x 6 doubles, read straight
+// from M with its strides and dtype, so that an expanded [2, 3] or a float32 M costs no tensor
+// copy, and inverted with invert_affine_2x3 (the invert_affine op's arithmetic) when M maps source
+// to destination. float -> double is exact, as M.to(float64) is.
+std::vector<double> sampling_maps(const at::Tensor& M, bool invert) {
+  const int64_t B = M.size(0), s0 = M.stride(0), s1 = M.stride(1), s2 = M.stride(2);
+  std::vector<double> maps(static_cast<size_t>(B) * 6);
+  AT_DISPATCH_FLOATING_TYPES(M.scalar_type(), "warp_affine_maps", [&] {
+    const scalar_t* p = M.data_ptr<scalar_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      double m[6];
+      for (int i = 0; i < 6; ++i) m[i] = static_cast<double>(p[b * s0 + (i / 3) * s1 + (i % 3) * s2]);
+      double* dst = maps.data() + b * 6;
+      if (invert) {
+        invert_affine_2x3(m, dst);
+      } else {
+        std::copy(m, m + 6, dst);
+      }
+    }
+  });
+  return maps;
+}
+
 at::Tensor warp_affine_cpu(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h,
                            int64_t out_w, int64_t interpolation, int64_t border_mode,
-                           at::ArrayRef<double> border_value) {
+                           at::ArrayRef<double> border_value, bool invert_matrix) {
   const BorderValues bv =
       check_forward_args(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   at::Tensor out = at::empty({src.size(0), src.size(1), out_h, out_w},
                              src.options().memory_format(output_format(src)));
   if (out.numel() == 0) return out;
-  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  const std::vector<double> mat = sampling_maps(inv_matrix, invert_matrix);
   const OutputTransform identity{};
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cpu", [&] {
-    warp_images<scalar_t, scalar_t>(batch_views<scalar_t>(src), mat.data_ptr<double>(), out_view<scalar_t>(out),
+    warp_images<scalar_t, scalar_t>(batch_views<scalar_t>(src), mat.data(), out_view<scalar_t>(out),
                                      src.size(1), out_h, out_w, interpolation, border_mode, bv, identity);
   });
   return out;
@@ -110,10 +133,10 @@ at::Tensor warp_affine_cpu(const at::Tensor& src, const at::Tensor& inv_matrix, 
 // The fused op on a batch tensor or on a list of HWC images: warp, then the output transform and
 // the output dtype and layout, in one pass.
 template <typename in_t>
-void fused_dispatch(const std::vector<ImageView<in_t>>& views, const at::Tensor& mat, at::Tensor& out,
+void fused_dispatch(const std::vector<ImageView<in_t>>& views, const std::vector<double>& mat, at::Tensor& out,
                     int64_t interp, int64_t border, const BorderValues& bv, const OutputTransform& ot) {
   const int64_t C = out.size(1), OH = out.size(2), OW = out.size(3);
-  const double* m = mat.data_ptr<double>();
+  const double* m = mat.data();
   switch (out.scalar_type()) {
     case at::kFloat: warp_images<in_t, float>(views, m, out_view<float>(out), C, OH, OW, interp, border, bv, ot); break;
     case at::kHalf: warp_images<in_t, at::Half>(views, m, out_view<at::Half>(out), C, OH, OW, interp, border, bv, ot); break;
@@ -128,13 +151,13 @@ void fused_dispatch(const std::vector<ImageView<in_t>>& views, const at::Tensor&
 at::Tensor warp_affine_fused_cpu(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
                                  int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
                                  at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
-                                 double scale, bool reverse_channels, bool channels_last_out) {
+                                 double scale, bool reverse_channels, bool channels_last_out, bool invert_matrix) {
   const BorderValues bv =
       check_forward_args(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   const OutputTransform ot = check_output_args(src.size(1), out_dtype, mean, std, scale, reverse_channels);
   at::Tensor out = make_fused_output(src.size(0), src.size(1), out_h, out_w, out_dtype, channels_last_out, src.device());
   if (out.numel() == 0) return out;
-  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  const std::vector<double> mat = sampling_maps(inv_matrix, invert_matrix);
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_fused_cpu", [&] {
     fused_dispatch<scalar_t>(batch_views<scalar_t>(src), mat, out, interpolation, border_mode, bv, ot);
   });
@@ -144,14 +167,14 @@ at::Tensor warp_affine_fused_cpu(const at::Tensor& src, const at::Tensor& inv_ma
 at::Tensor warp_affine_list_cpu(at::TensorList images, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
                                 int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
                                 at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
-                                double scale, bool reverse_channels, bool channels_last_out) {
+                                double scale, bool reverse_channels, bool channels_last_out, bool invert_matrix) {
   const BorderValues bv = check_list_args(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   const int64_t C = images[0].size(2);  // check_list_args refused an empty list
   const OutputTransform ot = check_output_args(C, out_dtype, mean, std, scale, reverse_channels);
   at::Tensor out = make_fused_output(static_cast<int64_t>(images.size()), C, out_h, out_w, out_dtype,
                                      channels_last_out, inv_matrix.device());
   if (out.numel() == 0) return out;
-  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
+  const std::vector<double> mat = sampling_maps(inv_matrix, invert_matrix);
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, images[0].scalar_type(), "warp_affine_list_cpu", [&] {
     std::vector<ImageView<scalar_t>> views;
     for (const at::Tensor& im : images) {  // HWC: element (c, y, x) at c + y * stride(0) + x * stride(1)

@@ -38,20 +38,27 @@ void check_image_size(int64_t C, int64_t H, int64_t W, const char* name) {
                      name, "' must be at most 2^30 on CUDA, got ", H, " x ", W);
 }
 
+// The matrices as the kernels read them (MatrixArg): M itself, whatever its float dtype and
+// strides, with the flag that has the kernels invert it. M is on the device (checked).
+forward_cuda::MatrixArg matrix_arg(const at::Tensor& M, bool invert_matrix) {
+  return {M.data_ptr(), M.stride(0), M.stride(1), M.stride(2), M.scalar_type() == at::kDouble, invert_matrix};
+}
+
 // Warps a batch tensor into `out`, which the caller allocated (under the input's device guard):
 // the plain op's output (input dtype and layout, no output transform) or the fused op's.
-at::Tensor warp_batch(const at::Tensor& src, const at::Tensor& inv_matrix, at::Tensor out, bool out_channels_last,
-                      int64_t interpolation, int64_t border_mode, const BorderValues& bv, const OutputTransform& ot) {
+at::Tensor warp_batch(const at::Tensor& src, const at::Tensor& matrix, bool invert_matrix, at::Tensor out,
+                      bool out_channels_last, int64_t interpolation, int64_t border_mode, const BorderValues& bv,
+                      const OutputTransform& ot) {
   if (out.numel() == 0) return out;
   const at::Tensor in = src.contiguous(output_format(src));  // a copy only for layouts other than NCHW / NHWC
-  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
-  const ForwardParams p{nullptr, static_cast<const unsigned char*>(in.data_ptr()),
-                        in.size(1) * in.size(2) * in.size(3) * in.element_size(),
-                        in.size(0), in.size(1), in.size(2), in.size(3), out.size(2), out.size(3),
-                        output_format(in) == at::MemoryFormat::ChannelsLast, out_channels_last,
-                        interpolation, border_mode, bv, ot};
+  ForwardParams p{nullptr, static_cast<const unsigned char*>(in.data_ptr()),
+                  in.size(1) * in.size(2) * in.size(3) * in.element_size(),
+                  in.size(0), in.size(1), in.size(2), in.size(3), out.size(2), out.size(3),
+                  output_format(in) == at::MemoryFormat::ChannelsLast, out_channels_last,
+                  interpolation, border_mode, bv, ot};
+  p.matrix = matrix_arg(matrix, invert_matrix);
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
-    launch_fused<scalar_t>(p, out, mat);
+    launch_fused<scalar_t>(p, out);
   });
   return out;
 }
@@ -79,28 +86,28 @@ at::Tensor invert_affine_cuda(const at::Tensor& matrix) {
 
 at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h,
                             int64_t out_w, int64_t interpolation, int64_t border_mode,
-                            at::ArrayRef<double> border_value) {
+                            at::ArrayRef<double> border_value, bool invert_matrix) {
   const BorderValues bv =
       check_forward_args(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   check_image_size(src.size(1), src.size(2), src.size(3), "src");
   c10::cuda::CUDAGuard guard(src.device());
   const at::MemoryFormat fmt = output_format(src);
   at::Tensor out = at::empty({src.size(0), src.size(1), out_h, out_w}, src.options().memory_format(fmt));
-  return warp_batch(src, inv_matrix, out, fmt == at::MemoryFormat::ChannelsLast, interpolation, border_mode, bv,
-                    OutputTransform{});
+  return warp_batch(src, inv_matrix, invert_matrix, out, fmt == at::MemoryFormat::ChannelsLast, interpolation,
+                    border_mode, bv, OutputTransform{});
 }
 
 at::Tensor warp_affine_fused_cuda(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
                                   int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
                                   at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
-                                  double scale, bool reverse_channels, bool channels_last_out) {
+                                  double scale, bool reverse_channels, bool channels_last_out, bool invert_matrix) {
   const BorderValues bv =
       check_forward_args(src, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   const OutputTransform ot = check_output_args(src.size(1), out_dtype, mean, std, scale, reverse_channels);
   check_image_size(src.size(1), src.size(2), src.size(3), "src");
   c10::cuda::CUDAGuard guard(src.device());
   at::Tensor out = make_fused_output(src.size(0), src.size(1), out_h, out_w, out_dtype, channels_last_out, src.device());
-  return warp_batch(src, inv_matrix, out, channels_last_out, interpolation, border_mode, bv, ot);
+  return warp_batch(src, inv_matrix, invert_matrix, out, channels_last_out, interpolation, border_mode, bv, ot);
 }
 
 // The descriptor table of a list warp is written on the device by a tiny kernel that receives the
@@ -140,7 +147,7 @@ static at::Tensor device_desc_table(const std::vector<at::Tensor>& images, c10::
 at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_matrix, int64_t out_h, int64_t out_w,
                                  int64_t interpolation, int64_t border_mode, at::ArrayRef<double> border_value,
                                  at::ScalarType out_dtype, at::ArrayRef<double> mean, at::ArrayRef<double> std,
-                                 double scale, bool reverse_channels, bool channels_last_out) {
+                                 double scale, bool reverse_channels, bool channels_last_out, bool invert_matrix) {
   const BorderValues bv = check_list_args(images, inv_matrix, out_h, out_w, interpolation, border_mode, border_value);
   const int64_t B = static_cast<int64_t>(images.size()), C = images[0].size(2);
   const OutputTransform ot = check_output_args(C, out_dtype, mean, std, scale, reverse_channels);
@@ -151,11 +158,11 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   for (const at::Tensor& im : images) contiguous.push_back(im.contiguous());
   const at::Tensor table_dev = device_desc_table(contiguous, images[0].device());
   at::Tensor out = make_fused_output(B, C, out_h, out_w, out_dtype, channels_last_out, images[0].device());
-  const at::Tensor mat = inv_matrix.to(at::kDouble).contiguous();
   ForwardParams p{reinterpret_cast<const ImageDesc*>(table_dev.data_ptr()), nullptr, 0, B, C, 0, 0, out_h, out_w,
                   /*in_channels_last=*/true, channels_last_out, interpolation, border_mode, bv, ot};
+  p.matrix = matrix_arg(inv_matrix, invert_matrix);
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, images[0].scalar_type(), "warp_affine_list_cuda", [&] {
-    launch_fused<scalar_t>(p, out, mat);
+    launch_fused<scalar_t>(p, out);
   });
   return out;
 }

@@ -20,9 +20,9 @@ namespace forward_cuda {
 // Output addresses are formed with one 64-bit multiply per row, so outputs of any size work.
 template <typename in_t, typename out_t, int kInterp, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    warp_forward_kernel(const ForwardParams p, out_t* __restrict__ out, const double* __restrict__ mats,
-                        int tiles_x, int tiles_per_image) {
+    warp_forward_kernel(const ForwardParams p, out_t* __restrict__ out, int tiles_x, int tiles_per_image) {
   using acc_t = acc_type<in_t>;
+  __shared__ double matrix[6];
   const int interp = kInterp >= 0 ? kInterp : static_cast<int>(p.interp);
   const int C = static_cast<int>(p.C), OH = static_cast<int>(p.OH), OW = static_cast<int>(p.OW);
   const int lane = threadIdx.x % 32;
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // the loads of all kPx pixels are in flight together); a pixel that is not inner reads from
     // offset 0, and on a 1-pixel-wide or -high image its second tap must stay there too.
     const int dx = W > 1 ? sx : 0, dy = H > 1 ? sy : 0;
-    const double* M = mats + b * 6;
+    const double* M = block_matrix(p.matrix, b, matrix);
     out_t* out_image = out + b * C * p.OH * p.OW;
 
     for (int tile = blockIdx.x; tile < tiles_per_image; tile += gridDim.x) {
@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       acc_t fx[kPx], fy[kPx];
       unsigned inner = 0;
       {
-        const double m0 = __ldg(M), m3 = __ldg(M + 3);
-        const double rx = row_term(__ldg(M + 1), __ldg(M + 2), y), ry = row_term(__ldg(M + 4), __ldg(M + 5), y);
+        const double m0 = M[0], m3 = M[3];
+        const double rx = row_term(M[1], M[2], y), ry = row_term(M[4], M[5], y);
         const int reach = interp == kBilinear ? 1 : 0;  // last tap - first tap
 #pragma unroll
         for (int k = 0; k < kPx; ++k) {
@@ -108,47 +108,46 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 // Launches a forward kernel over all output tiles of the batch (out_t from the kernel's type).
 template <typename out_t>
-void launch_tiles(void (*kernel)(ForwardParams, out_t*, const double*, int, int), const ForwardParams& p,
-                  at::Tensor& out, const at::Tensor& mat) {
+void launch_tiles(void (*kernel)(ForwardParams, out_t*, int, int), const ForwardParams& p, at::Tensor& out) {
   const int tiles_x = static_cast<int>((p.OW + kTileW - 1) / kTileW);
   const int tiles = tiles_x * static_cast<int>((p.OH + kTileH - 1) / kTileH);  // < 2^31 / kTileW
   const dim3 grid(static_cast<unsigned>(std::min(tiles, 1 << 30)),
                   static_cast<unsigned>(std::min<int64_t>(p.B, 65535)));
-  kernel<<<grid, kThreads, 0, current_stream()>>>(p, out.data_ptr<out_t>(), mat.data_ptr<double>(), tiles_x, tiles);
+  kernel<<<grid, kThreads, 0, current_stream()>>>(p, out.data_ptr<out_t>(), tiles_x, tiles);
   ORBBEC_LAUNCH_CHECK();
 }
 
 // Blocks per SM the register budget is cut for: 5 (51 registers) for the inline bilinear and
 // nearest paths (faster than 4 or 6); 4 where the out-of-line general sampler's call would spill more.
 template <typename in_t, typename out_t>
-void launch_forward(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
+void launch_forward(const ForwardParams& p, at::Tensor& out) {
   if constexpr (std::is_same<in_t, uint8_t>::value) {
     switch (p.interp) {
-      case kNearest: return launch_tiles(warp_forward_kernel<in_t, out_t, kNearest, 5>, p, out, mat);
+      case kNearest: return launch_tiles(warp_forward_kernel<in_t, out_t, kNearest, 5>, p, out);
       case kBilinear:
         if (p.C == 3) {
-          return launch_c3<out_t>(p, out, mat);
+          return launch_c3<out_t>(p, out);
         }
-        return launch_tiles(warp_forward_kernel<in_t, out_t, kBilinear, 5>, p, out, mat);
-      default: return launch_tiles(warp_forward_kernel<in_t, out_t, kBicubic, 4>, p, out, mat);
+        return launch_tiles(warp_forward_kernel<in_t, out_t, kBilinear, 5>, p, out);
+      default: return launch_tiles(warp_forward_kernel<in_t, out_t, kBicubic, 4>, p, out);
     }
   } else {
-    launch_tiles(warp_forward_kernel<in_t, out_t, -1, 4>, p, out, mat);
+    launch_tiles(warp_forward_kernel<in_t, out_t, -1, 4>, p, out);
   }
 }
 
 // Runs the forward kernel for input type in_t into `out`, whose dtype picks out_t: the input's
 // own type for a plain warp, or the fused output types.
 template <typename in_t>
-void launch_fused(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat) {
+void launch_fused(const ForwardParams& p, at::Tensor& out) {
   if constexpr (std::is_same<in_t, double>::value) {
-    if (out.scalar_type() == at::kDouble) return launch_forward<in_t, double>(p, out, mat);
+    if (out.scalar_type() == at::kDouble) return launch_forward<in_t, double>(p, out);
   }
   switch (out.scalar_type()) {
-    case at::kFloat: launch_forward<in_t, float>(p, out, mat); break;
-    case at::kHalf: launch_forward<in_t, at::Half>(p, out, mat); break;
-    case at::kBFloat16: launch_forward<in_t, at::BFloat16>(p, out, mat); break;
-    case at::kByte: launch_forward<in_t, uint8_t>(p, out, mat); break;
+    case at::kFloat: launch_forward<in_t, float>(p, out); break;
+    case at::kHalf: launch_forward<in_t, at::Half>(p, out); break;
+    case at::kBFloat16: launch_forward<in_t, at::BFloat16>(p, out); break;
+    case at::kByte: launch_forward<in_t, uint8_t>(p, out); break;
     default: TORCH_INTERNAL_ASSERT(false, "out_dtype was checked");
   }
 }
@@ -161,7 +160,7 @@ void launch_fused(const ForwardParams& p, at::Tensor& out, const at::Tensor& mat
 #define ORBBEC_WARP_FORWARD_TYPES(X) X(uint8_t) X(at::Half) X(at::BFloat16) X(float) X(double)
 #define ORBBEC_WARP_FORWARD_EXTERN(T)                                                      \
   extern template void orbbec::warpaffine::forward_cuda::launch_fused<T>(                          \
-      const orbbec::warpaffine::forward_cuda::ForwardParams&, at::Tensor&, const at::Tensor&);
+      const orbbec::warpaffine::forward_cuda::ForwardParams&, at::Tensor&);
 #define ORBBEC_WARP_FORWARD_INSTANTIATE(T)                                                 \
   template void orbbec::warpaffine::forward_cuda::launch_fused<T>(                                 \
-      const orbbec::warpaffine::forward_cuda::ForwardParams&, at::Tensor&, const at::Tensor&);
+      const orbbec::warpaffine::forward_cuda::ForwardParams&, at::Tensor&);
