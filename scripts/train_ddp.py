@@ -15,6 +15,7 @@ again with the same --checkpoint resumes mid-epoch where it stopped.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -137,6 +138,10 @@ def main():
     print(f"rank {rank}/{world} {device}: {args.arch} {args.data} batch {args.batch_size}: {rate:.0f} images/s "
           f"({args.steps} steps, loss {loss.item():.3f}); first labels {first_labels}", flush=True)
     if distributed:
+        # DDP's reducer goes before its process group: left to interpreter exit, gloo's pending work
+        # objects were destroyed during finalisation and aborted the process now and then.
+        del model, opt
+        gc.collect()
         dist.destroy_process_group()
 
 
