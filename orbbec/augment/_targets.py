@@ -8,10 +8,11 @@ import torch
 
 
 def _apply(points: torch.Tensor, M: torch.Tensor, shift: float = 0.5) -> torch.Tensor:
-    """Points [..., 2] through M [2, 3], which works on pixel centres: continuous coordinates (pixel i
-    spans [i, i+1)) shift by half a pixel around it, pixel-centre ones (shift=0) do not."""
+    """Points [..., 2] through M [2, 3] (or points [B, K, 2] through M [B, 2, 3]), which works on
+    pixel centres: continuous coordinates (pixel i spans [i, i+1)) shift by half a pixel around it,
+    pixel-centre ones (shift=0) do not."""
     p = points.to(M.dtype) - shift
-    return (p @ M[:, :2].T + M[:, 2]) + shift
+    return (p @ M[..., :2].transpose(-1, -2) + M[..., 2].unsqueeze(-2)) + shift
 
 
 def transform_boxes(boxes: torch.Tensor, M: torch.Tensor, size: Tuple[int, int],
@@ -40,15 +41,19 @@ def transform_keypoints(points: torch.Tensor, M: torch.Tensor, size: Tuple[int, 
     that landed in the output (height, width) `size`. When the sample was flipped horizontally and
     `flip_pairs` names left/right pairs (e.g. eyes), the pairs swap places so that "left eye" stays
     the left eye of the flipped face. pixel_centres: the points use cv2's convention (pixel centres at
-    integers), as face landmarks usually do, instead of torchvision's."""
+    integers), as face landmarks usually do, instead of torchvision's. A batch at once: points
+    [B, K, 2], M [B, 2, 3] and `flipped` a bool tensor [B]."""
     M = torch.as_tensor(M, dtype=torch.float64)
     p = torch.as_tensor(points)
     moved = _apply(p, M, 0.0 if pixel_centres else 0.5)
-    if flipped and flip_pairs:
+    if flip_pairs:
         order = list(range(moved.shape[-2]))
         for a, b in flip_pairs:
             order[a], order[b] = b, a
-        moved = moved[..., order, :]
+        if isinstance(flipped, torch.Tensor):
+            moved = torch.where(flipped.reshape(-1, 1, 1), moved[..., order, :], moved)
+        elif flipped:
+            moved = moved[..., order, :]
     h, w = size
     inside = (moved[..., 0] >= 0) & (moved[..., 0] < w) & (moved[..., 1] >= 0) & (moved[..., 1] < h)
     return moved.to(p.dtype if p.is_floating_point() else torch.float32), inside

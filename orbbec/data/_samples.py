@@ -12,7 +12,6 @@ import torch
 from torch.utils.data import default_collate
 
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
-from ..augment._targets import FACE5_FLIP_PAIRS
 from ..io import read_file
 from ..io._buffers import jpeg_size
 from .._library import _C
@@ -139,22 +138,18 @@ def _move_targets(target: dict, M, size, flipped, box_min_visible, flip_pairs) -
 
 
 def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bool]) -> None:
-    """Face landmarks of the whole batch in one product where they all have one shape (one per
+    """Face landmarks of the whole batch in one call where they all have one shape (one call per
     sample cost a worker more than the rest of a face batch), else sample by sample."""
     for k in LANDMARK_KEYS:
         have = [b for b, t in enumerate(targets) if k in t]
         if not have:
             continue
         pts = [torch.as_tensor(targets[b][k], dtype=torch.float32) for b in have]
-        if all(p.shape == (5, 2) for p in pts):
-            sel = torch.tensor(have)
-            A, shift = M[sel, :, :2], M[sel, :, 2]
-            moved = (torch.stack(pts).double() @ A.transpose(1, 2) + shift[:, None, :]).float()
-            swap = list(range(5))
-            for a, c in FACE5_FLIP_PAIRS:
-                swap[a], swap[c] = c, a
+        if all(p.shape == pts[0].shape for p in pts) and pts[0].dim() == 2:
+            moved, _ = transform_landmarks(torch.stack(pts), M[torch.tensor(have)], size,
+                                           torch.tensor([flipped[b] for b in have]))
             for j, b in enumerate(have):
-                targets[b][k] = moved[j, swap] if flipped[b] else moved[j]
+                targets[b][k] = moved[j]
         else:
             for b, p in zip(have, pts):
                 targets[b][k], _ = transform_landmarks(p, M[b], size, flipped[b])

@@ -97,15 +97,16 @@ class ByValue:
         return torch.from_numpy(self.array)
 
 
-def _numpy_ok(t: torch.Tensor) -> bool:
-    return t.device.type == "cpu" and t.dtype not in (torch.bfloat16,) and not t.is_complex() and \
-        not t.requires_grad and t.layout == torch.strided
-
-
 def by_value(v):
-    """Tensors in a (nested) target -> ByValue, for the trip to the main process."""
+    """Tensors in a (nested) target -> ByValue, for the trip to the main process; a tensor numpy
+    cannot hold (bfloat16, sparse, ...) travels as torch sends it."""
     if isinstance(v, torch.Tensor):
-        return ByValue(v) if _numpy_ok(v) else v
+        if v.device.type == "cpu" and not v.requires_grad:
+            try:
+                return ByValue(v)
+            except (TypeError, RuntimeError):
+                pass
+        return v
     if isinstance(v, dict):
         return {k: by_value(x) for k, x in v.items()}
     if isinstance(v, list):

@@ -58,10 +58,8 @@ def _empty(boxes, *others) -> bool:
     return boxes.numel() == 0 and all(t.numel() == 0 for t in others)
 
 
-def _check_boxes_scores(boxes, scores, tensors_checked: bool = False) -> None:
-    if not tensors_checked:
-        _check_tensor(boxes, "boxes")
-        _check_tensor(scores, "scores")
+def _check_boxes_scores(boxes, scores) -> None:
+    """Shapes and dtypes of tensors that _check_tensor has passed."""
     if boxes.dim() != 2 or boxes.shape[1] != 4:
         raise ArgumentError(f"orbbec.nms: 'boxes' must have shape [N, 4] (x1, y1, x2, y2), got {tuple(boxes.shape)}")
     if not boxes.is_floating_point():
@@ -108,7 +106,7 @@ def nms(boxes: torch.Tensor, scores: Union[torch.Tensor, float, None] = None,
     _check_tensor(scores, "scores")
     if _empty(boxes, scores):
         return _empty_result(boxes, iou_threshold)
-    _check_boxes_scores(boxes, scores, tensors_checked=True)
+    _check_boxes_scores(boxes, scores)
     return call_op(torch.ops.orbbec.nms, boxes, scores, _number(iou_threshold, "iou_threshold"))
 
 
@@ -129,7 +127,7 @@ def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor,
     _check_tensor(idxs, "idxs")
     if _empty(boxes, scores, idxs):
         return _empty_result(boxes, iou_threshold)
-    _check_boxes_scores(boxes, scores, tensors_checked=True)
+    _check_boxes_scores(boxes, scores)
     if idxs.dim() != 1 or idxs.shape[0] != boxes.shape[0]:
         raise ArgumentError(f"orbbec.nms: 'idxs' must have shape [{boxes.shape[0]}] (one class id per box), "
                          f"got {tuple(idxs.shape)}")
@@ -153,6 +151,8 @@ def soft_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float = 0
     initial score is below score_threshold is only dropped when it intersects a selected box.
     Ties: lower index first. Scores are computed in float32 (float64 for float64 boxes).
     """
+    _check_tensor(boxes, "boxes")
+    _check_tensor(scores, "scores")
     _check_boxes_scores(boxes, scores)
     if method not in SOFT_NMS_METHODS:
         raise ArgumentError(f"orbbec.nms: 'method' must be one of {sorted(SOFT_NMS_METHODS)}, got {method!r}")

@@ -43,8 +43,8 @@ _INTERP_CODES = {**_INTERPOLATIONS, **{c: c for c in _CV2_INTERPOLATIONS}}
 _BORDER_CODES = {**_BORDERS, **{c: c for c in _CV2_BORDERS}}
 
 
-def _mode_code(value, names: dict, cv2_codes: frozenset, arg: str, codes: Optional[dict] = None) -> int:
-    if codes is not None and (type(value) is str or type(value) is int):
+def _mode_code(value, names: dict, cv2_codes: frozenset, codes: dict, arg: str) -> int:
+    if type(value) is str or type(value) is int:  # the common call: one lookup
         code = codes.get(value)
         if code is not None:
             return code
@@ -239,8 +239,8 @@ def warp_affine(
         M = _check_matrix(M, src4)
         channels, dtype = src4.shape[1], src4.dtype
     out_w, out_h = _output_size(dsize, size)
-    interp = _mode_code(interpolation, _INTERPOLATIONS, _CV2_INTERPOLATIONS, "interpolation", _INTERP_CODES)
-    border = _mode_code(border_mode, _BORDERS, _CV2_BORDERS, "border_mode", _BORDER_CODES)
+    interp = _mode_code(interpolation, _INTERPOLATIONS, _CV2_INTERPOLATIONS, _INTERP_CODES, "interpolation")
+    border = _mode_code(border_mode, _BORDERS, _CV2_BORDERS, _BORDER_CODES, "border_mode")
     values = _border_values(border_value, channels)
     grad = torch.is_grad_enabled() and (M.requires_grad or (not is_list and src4.requires_grad))
     # The ops invert a forward matrix themselves (invert_matrix: in the kernels' prologue on CUDA,
