@@ -68,6 +68,7 @@ fi
 step "building orbbec with $MAX_JOBS compile jobs (pip install --no-build-isolation -e .; several minutes)"
 # The compile steps ([n/N]) are shown; the whole log is kept, and its end shown if the build fails.
 mkdir -p build; LOG=build/setup-build.log
+: > "$LOG"  # exists before tail follows it (the background pip may start later)
 pip install -v --no-build-isolation --no-deps -e . > "$LOG" 2>&1 < /dev/null &
 BUILD_PID=$!
 # (pip -v indents the backend's output; a step shows as "[3/10] orbbec/nms/src/cpu/nms_cpu.cpp")
