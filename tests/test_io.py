@@ -226,6 +226,29 @@ def test_gpu_results_are_ordered_on_the_current_stream():
 
 
 @requires_nvjpeg
+@pytest.mark.parametrize("path", [0, 1])
+def test_gpu_decode_never_writes_memory_that_queued_kernels_still_read(path):
+    # nvJPEG's hardware engine writes as soon as it is called, whatever is queued on its stream. Free
+    # tensors of the outputs' size while reductions of them are still queued behind a long kernel,
+    # then decode: if the decoder got their blocks, the reductions would read decoded pixels.
+    files = [encode(photo(i, (240, 320))) for i in range(32)]
+    for _ in range(2):
+        oio._decode_cuda(files, "RGB", [None] * 32, False, torch.device("cuda"), only_path=path)
+    torch.cuda.synchronize()
+    values = torch.arange(1, 33, device="cuda", dtype=torch.uint8)
+    held = [torch.full((240, 320, 3), int(v), dtype=torch.uint8, device="cuda") for v in values]
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)  # about 0.1 s of queued work on the current stream
+    sums = torch.stack([h.sum(dtype=torch.int64) for h in held])
+    del held  # the caching allocator may hand these blocks out again on this stream
+    imgs = oio._decode_cuda(files, "RGB", [None] * 32, False, torch.device("cuda"), only_path=path)[0]
+    expected = values.long() * (240 * 320 * 3)
+    assert torch.equal(sums, expected), (sums - expected).nonzero().flatten().tolist()
+    for img, f in zip(imgs[:4], files):
+        assert _close(img, cv2_decode(f))
+
+
+@requires_nvjpeg
 def test_gpu_memory_stays_flat_over_1000_batches():
     rng = np.random.default_rng(3)
     sizes = [(int(h), int(w)) for h, w in zip(rng.integers(16, 900, 24), rng.integers(16, 1300, 24))]

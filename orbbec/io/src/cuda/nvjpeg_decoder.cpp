@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -118,8 +119,11 @@ class Decoder {
     c10::cuda::CUDAGuard guard(device);
     ORBBEC_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &handle_));
     // The hardware engine exists on A100, H100 and their kin; elsewhere everything takes the hybrid path.
-    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hw_handle_) !=
-        NVJPEG_STATUS_SUCCESS) {
+    // ORBBEC_NVJPEG_HARDWARE=0 leaves the hardware engine alone (everything takes the hybrid path).
+    const char* use_hardware = std::getenv("ORBBEC_NVJPEG_HARDWARE");
+    if ((use_hardware && std::atoi(use_hardware) == 0) ||
+        nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &hw_handle_) !=
+            NVJPEG_STATUS_SUCCESS) {
       hw_handle_ = nullptr;
     }
     const int n = requested_threads > 0 ? requested_threads : default_threads();
@@ -131,14 +135,13 @@ class Decoder {
     // Hardware batches in flight at once (each from its own thread and stream).
     if (const char* lanes = std::getenv("ORBBEC_NVJPEG_LANES")) max_lanes_ = std::max(1, std::atoi(lanes));
     // Moving images the hardware engine could take to the hybrid path, by the measured rates, is off
-    // by default: on the H100 (driver 580, nvJPEG 13.0) a hardware batch decoded while the hybrid
-    // threads were busy once waited forever inside nvjpegDecodeBatched, and where it ran the split
-    // was slower than the hardware engine alone (docs/dev/decode.md).
+    // by default: where it ran, the split was slower than the hardware engine alone (docs/dev/decode.md).
     if (const char* split = std::getenv("ORBBEC_NVJPEG_SPLIT")) split_ = std::atoi(split) != 0;
     if (hw_handle_) {
       lanes_.resize(max_lanes_);
       for (auto& l : lanes_) create(l);
     }
+    ORBBEC_CUDA(cudaStreamCreateWithFlags(&alloc_stream_, cudaStreamNonBlocking));
   }
 
   ~Decoder() {
@@ -147,6 +150,7 @@ class Decoder {
     for (auto& w : workers_) destroy(w);
     if (hw_handle_) nvjpegDestroy(hw_handle_);
     nvjpegDestroy(handle_);
+    if (alloc_stream_) cudaStreamDestroy(alloc_stream_);
   }
 
   std::vector<DecodedImage> decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path);
@@ -172,7 +176,7 @@ class Decoder {
   void create(HwLane& l) {
     ORBBEC_NVJPEG(nvjpegJpegStateCreate(hw_handle_, &l.state));
     ORBBEC_CUDA(cudaEventCreate(&l.start));
-    ORBBEC_CUDA(cudaEventCreate(&l.end));
+    ORBBEC_CUDA(cudaEventCreateWithFlags(&l.end, cudaEventBlockingSync));
   }
 
   static void destroy(HwLane& l) {
@@ -204,19 +208,15 @@ class Decoder {
   void decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
                        JpegMode mode, std::vector<DecodedImage>& out);
   void update_hardware_rate();
-  void begin(Worker& w) {
-    if (!w.used) {
-      cudaStreamWaitEvent(w.stream, ready_, 0);
-      w.used = true;
-    }
-  }
+  void begin(Worker& w) { w.used = true; }
 
   int device_;
   nvjpegHandle_t handle_ = nullptr, hw_handle_ = nullptr;
   std::vector<Worker> workers_;
   std::vector<HwLane> lanes_;
   std::unique_ptr<WorkerPool> pool_;
-  cudaEvent_t ready_ = nullptr;
+  // Outputs are allocated on this stream, which runs nothing (see decode()).
+  cudaStream_t alloc_stream_ = nullptr;
   std::mutex mutex_;  // one batch at a time per device
 
   // Measured rates, in output pixels per second: the hardware engine's (from its events, read one
@@ -363,6 +363,13 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>
       s = nvjpegDecodeBatched(hw_handle_, lane.state, data.data(), sizes.data(), dst.data(), w.stream);
     }
     cudaEventRecord(lane.end, w.stream);
+    // Wait here until the engine has finished this batch. Without this wait, back-to-back calls
+    // (one lane or two, one handle or one per lane, with or without other GPU work) stopped within
+    // seconds on the H100: nvjpegDecodeBatched waited forever inside the driver (cuEventSynchronize,
+    // cuMemFree) and the engine's earlier batches never completed (tools/dev/decode_stress.py;
+    // docs/dev/decode.md). The wait sleeps (a blocking-sync event) and costs the caller the
+    // engine's time for this batch, not the GPU.
+    cudaEventSynchronize(lane.end);
     lane.timed = s == NVJPEG_STATUS_SUCCESS;
   }
   if (s == NVJPEG_STATUS_SUCCESS) {
@@ -407,20 +414,27 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
 
   pool_->run(n, [&](int w, size_t i) { plan(workers_[w], images[i], mode, plans[i], out[i]); });
 
-  // Outputs come from the caching allocator on the current stream; the workers' streams start
-  // after `ready_`, i.e. after whatever the current stream did with that memory before.
+  // nvJPEG's hardware engine starts writing when nvjpegDecodeBatched is called, not when its stream
+  // reaches the call (seen on H100 with nvJPEG 12.3-13.2, and reported to torchcodec): memory that
+  // the caching allocator hands out on the current stream may still be read by queued kernels. So
+  // outputs come from the pool of a stream that runs nothing, and are marked as used on the current
+  // stream: the allocator reuses a block only after the current stream has passed the point where
+  // it was freed, checked on the host. The decoder's streams therefore need not wait for the
+  // current stream at all.
   const auto current = c10::cuda::getCurrentCUDAStream(device_);
   const auto options = at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_);
   std::vector<size_t> hardware, hybrid;
   int64_t hardware_pixels = 0, hybrid_pixels = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!plans[i].ok) continue;
-    out[i].image = at::empty({plans[i].height, plans[i].width, channels(mode)}, options);
-    (plans[i].hardware ? hardware : hybrid).push_back(i);
-    (plans[i].hardware ? hardware_pixels : hybrid_pixels) += plans[i].pixels;
+  {
+    c10::cuda::CUDAStreamGuard on_alloc(c10::cuda::getStreamFromExternal(alloc_stream_, device_));
+    for (size_t i = 0; i < n; ++i) {
+      if (!plans[i].ok) continue;
+      out[i].image = at::empty({plans[i].height, plans[i].width, channels(mode)}, options);
+      c10::cuda::CUDACachingAllocator::recordStream(out[i].image.storage().data_ptr(), current);
+      (plans[i].hardware ? hardware : hybrid).push_back(i);
+      (plans[i].hardware ? hardware_pixels : hybrid_pixels) += plans[i].pixels;
+    }
   }
-  if (!ready_) ORBBEC_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  ORBBEC_CUDA(cudaEventRecord(ready_, current.stream()));
 
   // Lanes: hardware batches in flight at once. Small images are limited by the host's submission
   // of each batch, so they gain from several lanes; 1080p images lost 8% with two (H100).

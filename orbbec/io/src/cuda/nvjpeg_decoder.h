@@ -3,9 +3,9 @@
 //  - the hybrid backend (Huffman decoding on CPU threads, IDCT and colour conversion on the GPU),
 //    for everything else and for the share of the batch that the hardware would finish last.
 // Each batch is split by the two paths' rates as measured on earlier batches, so both finish at about
-// the same time. Output tensors come from PyTorch's caching allocator on the caller's current stream;
-// the decoder's own streams wait for that stream before writing and the current stream waits for
-// them before returning, so the results are ordered on the current stream like any other op's.
+// the same time. Output tensors come from PyTorch's caching allocator, from memory that no queued
+// kernel still uses, and the current stream waits for the decoder's streams before the call
+// returns, so the results are ordered on the current stream like any other op's.
 #pragma once
 #ifdef WITH_NVJPEG
 #include <array>
@@ -34,7 +34,8 @@ struct DecodedImage {
   int path = -1;             // 0 hardware engine, 1 hybrid (CPU Huffman + GPU)
 };
 
-// Decodes on `device` (an index); blocks until every image's host-side work has been submitted.
+// Decodes on `device` (an index); blocks until every image's host-side work has been submitted and
+// the hardware engine's batches have finished (see decode_hardware).
 // `only_path` 0 or 1 sends every image to that path (tests); -1 divides the batch by the rates.
 std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
                                            int only_path = -1);

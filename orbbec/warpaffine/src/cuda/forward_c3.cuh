@@ -176,7 +176,7 @@ __device__ __forceinline__ void copy_stage(const out_t* stage, int n, bool words
 // one or two source rows. |t| is capped at 1 (steeper lines: a partial shear still helps); any
 // shift is a permutation of each column's rows, so only speed depends on it.
 __device__ __forceinline__ int c3_lane_shift(const double* M, int lane) {
-  double t = -M[3] / M[4];
+  double t = -__ldg(M + 3) / __ldg(M + 4);
   t = fabs(t) <= 1.0 ? t : (t > 1.0 ? 1.0 : (t < -1.0 ? -1.0 : 0.0));  // NaN: no shear
   return static_cast<int>(floor(t * lane + 0.5)) & (kC3TileH - 1);
 }
@@ -264,7 +264,6 @@ template <bool kNHWC, bool kNormalize, typename out_t>
 __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
     warp_c3_kernel(const ForwardParams p, out_t* __restrict__ out) {
   using Stage = C3Stage<out_t, kC3TileW>;
-  __shared__ double matrix[6];
   __shared__ __align__(16) out_t stage_all[kThreads / 32 * Stage::kWarpValues];
   constexpr int kColumnStep = kNHWC ? 3 : 1;  // bytes from one input pixel to the next along a row
   const int OH = static_cast<int>(p.OH), OW = static_cast<int>(p.OW);
@@ -289,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
     const int H = static_cast<int>(im.H), W = static_cast<int>(im.W);
     const int row_step = W * kColumnStep, plane_step = kNHWC ? 1 : H * W, plane_words = plane_step / 4;
     const bool planes_aligned = plane_step % 4 == 0;
-    const double* M = block_matrix(p.matrix, b, matrix);
+    const double* M = p.matrices + b * 6;
     const int shift = c3_lane_shift(M, lane);
     // the tile row of this thread's step j: its warp's rows, sheared by the lane's shift
     auto tile_row = [&](int j) { return (warp * kC3WarpRows + j + shift) & (kC3TileH - 1); };
@@ -300,15 +299,15 @@ __global__ void __launch_bounds__(kThreads, kC3BlocksPerSM)
         // pixels x0 + 32k of this thread inside the output
         const int npx = x0 < OW ? min(kC3Px, (OW - x0 + kC3Lanes - 1) / kC3Lanes) : 0;
         // the matrix terms, per tile: kept across the tile loop they took registers from the stage copy
-        const double m0 = round_to_float(M[0]), m3 = round_to_float(M[3]);
+        const double m0 = round_to_float(__ldg(M)), m3 = round_to_float(__ldg(M + 3));
         unsigned rim = 0;  // pixels left for the border-aware second loop: bit j * kC3Px + k
 #pragma unroll 1
         for (int j = 0; j < kC3WarpRows; ++j) {
           const int r = tile_row(j), y = tile_y + r;
           if (y >= OH) continue;
           out_t* const st = stage_all + stage_row(r);
-          const double rx = round_to_float(row_term(M[1], M[2], y));
-          const double ry = round_to_float(row_term(M[4], M[5], y));
+          const double rx = round_to_float(row_term(__ldg(M + 1), __ldg(M + 2), y));
+          const double ry = round_to_float(row_term(__ldg(M + 4), __ldg(M + 5), y));
           double xd = x0;  // exact; stepping it saves a 64-bit conversion per pixel
 #pragma unroll 1
           for (int k = 0; k < npx; ++k, xd += kC3Lanes) {

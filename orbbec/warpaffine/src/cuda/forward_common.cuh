@@ -32,9 +32,8 @@ struct ImageDesc {
 };
 
 // The op's matrices as it received them: float32 or float64 with any strides (an expanded [2, 3]
-// has batch stride 0), either the inverse maps themselves or forward matrices to invert. The
-// kernels read and invert them in their prologue (block_matrix), so a call launches no conversion,
-// copy or inversion kernel before the warp.
+// has batch stride 0), either the inverse maps themselves or forward matrices to invert.
+// prepare_matrices turns them into the kernels' contiguous float64 inverse maps.
 struct MatrixArg {
   const void* data;
   int64_t sb, sr, sc;  // element strides of batch, row and column
@@ -52,33 +51,8 @@ struct ForwardParams {
   BorderValues border_values;
   OutputTransform transform;  // the fused output (off for a plain warp)
   float c3_border[3];  // the 3-channel uint8 kernel's border values per output channel (launch_c3 sets them)
-  MatrixArg matrix;
+  const double* matrices;  // [B, 6] inverse maps (output pixel -> input position), contiguous; read with __ldg
 };
-
-// Image b's inverse map (output pixel -> input position) in the block's shared `smem` (6 doubles),
-// read, converted to double and inverted once per block and image. Every thread of the block must
-// call it (two barriers): the first keeps the previous image's readers from seeing the new matrix.
-// Readers use plain loads (shared memory: no __ldg).
-__device__ __forceinline__ const double* block_matrix(const MatrixArg& m, int64_t b, double* smem) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double f[6];
-#pragma unroll
-    for (int i = 0; i < 6; ++i) {
-      const int64_t o = b * m.sb + (i / 3) * m.sr + (i % 3) * m.sc;
-      f[i] = m.is_double ? __ldg(static_cast<const double*>(m.data) + o)
-                         : static_cast<double>(__ldg(static_cast<const float*>(m.data) + o));
-    }
-    if (m.invert) {
-      invert_affine_2x3(f, smem);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 6; ++i) smem[i] = f[i];
-    }
-  }
-  __syncthreads();
-  return smem;
-}
 
 // Read-only loads through the non-coherent cache where the type has an __ldg overload.
 template <typename T>
@@ -121,11 +95,11 @@ __device__ __forceinline__ acc_t bilinear_inner(const in_t* q, int dx, int dy, a
 // holds fewer than 2^31 elements and sides of at most 2^30). Bicubic and the runtime
 // interpolation of non-uint8 images go out of line in 64 bits: inlined, their arithmetic raised
 // the kernel's registers for every pixel.
-// M is the block's shared copy (block_matrix).
+// M is the image's inverse map (ForwardParams::matrices).
 template <typename acc_t>
 __device__ __forceinline__ Taps<acc_t> taps_from_matrix(const double* M, double x, double y, int64_t interp) {
-  return make_taps(source_coord(M[0], row_term(M[1], M[2], y), x, acc_t()),
-                   source_coord(M[3], row_term(M[4], M[5], y), x, acc_t()), interp);
+  return make_taps(source_coord(__ldg(M), row_term(__ldg(M + 1), __ldg(M + 2), y), x, acc_t()),
+                   source_coord(__ldg(M + 3), row_term(__ldg(M + 4), __ldg(M + 5), y), x, acc_t()), interp);
 }
 // One channel plane's value at taps t, border-aware, in 32-bit indices.
 template <typename in_t, typename acc_t>

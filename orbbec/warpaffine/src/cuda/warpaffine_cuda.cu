@@ -38,10 +38,38 @@ void check_image_size(int64_t C, int64_t H, int64_t W, const char* name) {
                      name, "' must be at most 2^30 on CUDA, got ", H, " x ", W);
 }
 
-// The matrices as the kernels read them (MatrixArg): M itself, whatever its float dtype and
-// strides, with the flag that has the kernels invert it. M is on the device (checked).
-forward_cuda::MatrixArg matrix_arg(const at::Tensor& M, bool invert_matrix) {
-  return {M.data_ptr(), M.stride(0), M.stride(1), M.stride(2), M.scalar_type() == at::kDouble, invert_matrix};
+// The kernels read contiguous float64 inverse maps. A matrix in any other form (float32, strided,
+// expanded, or forward maps to invert) is converted by one small kernel launched here: inverting in
+// each block's prologue instead cost the fused kernels 5-6% (a barrier and a serial inversion per
+// block), more than this launch.
+__global__ void prepare_matrices_kernel(forward_cuda::MatrixArg m, double* __restrict__ out, int64_t n) {
+  for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b < n; b += int64_t(gridDim.x) * blockDim.x) {
+    double f[6];
+#pragma unroll
+    for (int i = 0; i < 6; ++i) {
+      const int64_t o = b * m.sb + (i / 3) * m.sr + (i % 3) * m.sc;
+      f[i] = m.is_double ? static_cast<const double*>(m.data)[o] : static_cast<double>(static_cast<const float*>(m.data)[o]);
+    }
+    if (m.invert) {
+      invert_affine_2x3(f, out + 6 * b);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 6; ++i) out[6 * b + i] = f[i];
+    }
+  }
+}
+
+// `M` is [B, 2, 3] on the device, possibly expanded (checked by the caller).
+at::Tensor prepare_matrices(const at::Tensor& M, bool invert_matrix, int64_t B) {
+  if (!invert_matrix && M.scalar_type() == at::kDouble && M.is_contiguous() && M.size(0) == B) return M;
+  at::Tensor out = at::empty({B, 6}, M.options().dtype(at::kDouble));
+  if (B == 0) return out;
+  const forward_cuda::MatrixArg arg{M.data_ptr(), M.stride(0), M.stride(1), M.stride(2),
+                                    M.scalar_type() == at::kDouble, invert_matrix};
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((B + 127) / 128, 4096));
+  prepare_matrices_kernel<<<blocks, 128, 0, current_stream()>>>(arg, out.data_ptr<double>(), B);
+  ORBBEC_LAUNCH_CHECK();
+  return out;
 }
 
 // Warps a batch tensor into `out`, which the caller allocated (under the input's device guard):
@@ -56,17 +84,12 @@ at::Tensor warp_batch(const at::Tensor& src, const at::Tensor& matrix, bool inve
                   in.size(0), in.size(1), in.size(2), in.size(3), out.size(2), out.size(3),
                   output_format(in) == at::MemoryFormat::ChannelsLast, out_channels_last,
                   interpolation, border_mode, bv, ot};
-  p.matrix = matrix_arg(matrix, invert_matrix);
+  const at::Tensor matrices = prepare_matrices(matrix, invert_matrix, p.B);
+  p.matrices = matrices.data_ptr<double>();
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, src.scalar_type(), "warp_affine_cuda", [&] {
     launch_fused<scalar_t>(p, out);
   });
   return out;
-}
-
-__global__ void invert_affine_kernel(const double* __restrict__ m, double* __restrict__ out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    invert_affine_2x3(m + 6 * i, out + 6 * i);
-  }
 }
 
 // One launch instead of the ~20 elementwise kernels of the torch formula: for a batch warp those
@@ -74,14 +97,7 @@ __global__ void invert_affine_kernel(const double* __restrict__ m, double* __res
 at::Tensor invert_affine_cuda(const at::Tensor& matrix) {
   check_invert_args(matrix);
   c10::cuda::CUDAGuard guard(matrix.device());
-  const at::Tensor m = matrix.contiguous();
-  at::Tensor out = at::empty_like(m);
-  const int64_t n = m.size(0);
-  if (n == 0) return out;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 127) / 128, 4096));
-  invert_affine_kernel<<<blocks, 128, 0, current_stream()>>>(m.data_ptr<double>(), out.data_ptr<double>(), n);
-  ORBBEC_LAUNCH_CHECK();
-  return out;
+  return prepare_matrices(matrix, /*invert_matrix=*/true, matrix.size(0)).view({matrix.size(0), 2, 3});
 }
 
 at::Tensor warp_affine_cuda(const at::Tensor& src, const at::Tensor& inv_matrix, int64_t out_h,
@@ -160,7 +176,8 @@ at::Tensor warp_affine_list_cuda(at::TensorList images, const at::Tensor& inv_ma
   at::Tensor out = make_fused_output(B, C, out_h, out_w, out_dtype, channels_last_out, images[0].device());
   ForwardParams p{reinterpret_cast<const ImageDesc*>(table_dev.data_ptr()), nullptr, 0, B, C, 0, 0, out_h, out_w,
                   /*in_channels_last=*/true, channels_last_out, interpolation, border_mode, bv, ot};
-  p.matrix = matrix_arg(inv_matrix, invert_matrix);
+  const at::Tensor matrices = prepare_matrices(inv_matrix, invert_matrix, B);
+  p.matrices = matrices.data_ptr<double>();
   AT_DISPATCH_FLOATING_TYPES_AND3(at::kByte, at::kHalf, at::kBFloat16, images[0].scalar_type(), "warp_affine_list_cuda", [&] {
     launch_fused<scalar_t>(p, out);
   });

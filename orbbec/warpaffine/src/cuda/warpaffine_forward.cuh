@@ -22,7 +22,6 @@ template <typename in_t, typename out_t, int kInterp, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     warp_forward_kernel(const ForwardParams p, out_t* __restrict__ out, int tiles_x, int tiles_per_image) {
   using acc_t = acc_type<in_t>;
-  __shared__ double matrix[6];
   const int interp = kInterp >= 0 ? kInterp : static_cast<int>(p.interp);
   const int C = static_cast<int>(p.C), OH = static_cast<int>(p.OH), OW = static_cast<int>(p.OW);
   const int lane = threadIdx.x % 32;
@@ -38,7 +37,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // the loads of all kPx pixels are in flight together); a pixel that is not inner reads from
     // offset 0, and on a 1-pixel-wide or -high image its second tap must stay there too.
     const int dx = W > 1 ? sx : 0, dy = H > 1 ? sy : 0;
-    const double* M = block_matrix(p.matrix, b, matrix);
+    const double* M = p.matrices + b * 6;
     out_t* out_image = out + b * C * p.OH * p.OW;
 
     for (int tile = blockIdx.x; tile < tiles_per_image; tile += gridDim.x) {
@@ -53,8 +52,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       acc_t fx[kPx], fy[kPx];
       unsigned inner = 0;
       {
-        const double m0 = M[0], m3 = M[3];
-        const double rx = row_term(M[1], M[2], y), ry = row_term(M[4], M[5], y);
+        const double m0 = __ldg(M), m3 = __ldg(M + 3);
+        const double rx = row_term(__ldg(M + 1), __ldg(M + 2), y), ry = row_term(__ldg(M + 4), __ldg(M + 5), y);
         const int reach = interp == kBilinear ? 1 : 0;  // last tap - first tap
 #pragma unroll
         for (int k = 0; k < kPx; ++k) {
