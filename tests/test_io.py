@@ -1,5 +1,7 @@
 """orbbec.io.decode_jpeg: the CPU path against cv2.imdecode (identical), the GPU path against cv2
 within the decoders' IDCT and upsampling differences, bad input, sizes, memory and streams."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -248,18 +250,40 @@ def test_gpu_decode_never_writes_memory_that_queued_kernels_still_read(path):
         assert _close(img, cv2_decode(f))
 
 
+def _own_device_bytes():
+    """Device memory this process holds by NVML (the caching allocator's and nvJPEG's), or None
+    where NVML is missing or does not list the process (other PID namespace)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        bus = torch.cuda.get_device_properties(torch.cuda.current_device()).pci_bus_id
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if p.pid == os.getpid() and p.usedGpuMemory is not None:
+                return int(p.usedGpuMemory)
+    except Exception:
+        return None
+    return None
+
+
 @requires_nvjpeg
 def test_gpu_memory_stays_flat_over_1000_batches():
     rng = np.random.default_rng(3)
     sizes = [(int(h), int(w)) for h, w in zip(rng.integers(16, 900, 24), rng.integers(16, 1300, 24))]
     files = [encode(photo(i, s)) for i, s in enumerate(sizes)]
-    free = []
+    held = []
     for b in range(1000):
         pick = rng.integers(0, len(files), int(rng.integers(1, 33)))
         out = decode_jpeg([files[k] for k in pick])
         assert len(out) == len(pick)
         if b in (299, 999):
             torch.cuda.synchronize()
-            free.append((torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()))
-    assert free[0][0] - free[1][0] < 64 << 20, free  # device memory free: within 64 MiB
-    assert free[1][1] - free[0][1] < 64 << 20, free  # PyTorch's cache: within 64 MiB
+            held.append((_own_device_bytes(), torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved()))
+    assert held[1][2] - held[0][2] < 64 << 20, held  # PyTorch's cache: within 64 MiB
+    if held[0][0] is not None and held[1][0] is not None:
+        assert held[1][0] - held[0][0] < 64 << 20, held  # this process on the device: within 64 MiB
+    elif "PYTEST_XDIST_WORKER" not in os.environ:
+        assert held[0][1] - held[1][1] < 64 << 20, held  # free device memory: within 64 MiB
+    else:
+        pytest.skip("the decoder's memory outside PyTorch's cache was not checked: NVML does not list this "
+                    "process and other test processes share the GPU (PyTorch's cache was checked)")

@@ -101,6 +101,7 @@ struct HwLane {
   std::vector<nvjpegDecodeParams_t> params;
   cudaEvent_t start = nullptr, end = nullptr;
   bool timed = false;
+  bool in_flight = false;  // `end` marks a batch the engine may not have finished
 };
 
 int default_threads() {
@@ -338,6 +339,17 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>
     dst[k].pitch[0] = static_cast<size_t>(img.size(1)) * img.size(2);
     any_roi |= in.roi[2] >= 0;
   }
+  // A lane never calls nvjpegDecodeBatched while its previous batch may still be in the engine: the
+  // host waits for that batch first, outside nvJPEG. Without this wait, back-to-back calls (one
+  // lane or two, one handle or one per lane, with or without other GPU work) stopped within seconds
+  // on the H100: nvjpegDecodeBatched waited forever inside the driver (cuEventSynchronize,
+  // cuMemFree) and the engine's batches never completed (tools/dev/decode_stress.py,
+  // docs/dev/decode.md). Waiting here rather than right after the submission lets the engine's
+  // work overlap the caller's next batch; the wait sleeps (a blocking-sync event).
+  if (lane.in_flight) {
+    cudaEventSynchronize(lane.end);
+    lane.in_flight = false;
+  }
   nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
   if (lane.batch != n || lane.format != format) {
     s = nvjpegDecodeBatchedInitialize(hw_handle_, lane.state, n, 1, format);
@@ -363,13 +375,7 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>
       s = nvjpegDecodeBatched(hw_handle_, lane.state, data.data(), sizes.data(), dst.data(), w.stream);
     }
     cudaEventRecord(lane.end, w.stream);
-    // Wait here until the engine has finished this batch. Without this wait, back-to-back calls
-    // (one lane or two, one handle or one per lane, with or without other GPU work) stopped within
-    // seconds on the H100: nvjpegDecodeBatched waited forever inside the driver (cuEventSynchronize,
-    // cuMemFree) and the engine's earlier batches never completed (tools/dev/decode_stress.py;
-    // docs/dev/decode.md). The wait sleeps (a blocking-sync event) and costs the caller the
-    // engine's time for this batch, not the GPU.
-    cudaEventSynchronize(lane.end);
+    lane.in_flight = true;
     lane.timed = s == NVJPEG_STATUS_SUCCESS;
   }
   if (s == NVJPEG_STATUS_SUCCESS) {
