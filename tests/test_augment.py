@@ -105,6 +105,25 @@ def test_boxes_and_keypoints_land_where_the_image_puts_them(device, index):
         assert abs((x0 + x1) / 2 - x) < 1.5 and abs((y0 + y1) / 2 - y) < 1.5
 
 
+def test_boxes_of_a_batch_in_one_call_equal_one_call_per_sample():
+    # The loader moves a batch's boxes in one call, each box with its sample's matrix.
+    rng = np.random.default_rng(11)
+    aug = A.Compose([A.RandomAffine(30, (0.2, 0.2), (0.6, 1.4)), A.RandomHorizontalFlip()])
+    counts = [0, 1, 4, 7, 2, 5]
+    p = aug.draw([(480, 640)] * len(counts), list(range(len(counts))), seed=3)
+    boxes = []
+    for n in counts:
+        xy = rng.uniform(-40, 600, (n, 2))
+        wh = rng.uniform(4, 160, (n, 2))
+        boxes.append(torch.tensor(np.concatenate([xy, xy + wh], axis=1), dtype=torch.float32))
+    per_box = p.matrices.to(torch.float64).repeat_interleave(torch.tensor(counts), dim=0)
+    moved, kept = A.transform_boxes(torch.cat(boxes), per_box, p.size, min_visible=0.4)
+    assert 0 < int(kept.sum()) < sum(counts)  # some boxes left the output
+    alone = [A.transform_boxes(b, p.matrices[i], p.size, min_visible=0.4) for i, b in enumerate(boxes)]
+    assert torch.equal(kept, torch.cat([k for _, k in alone]))
+    assert torch.equal(moved, torch.cat([m for m, _ in alone]))
+
+
 def test_boxes_are_clipped_and_dropped_and_flip_pairs_swap():
     flip = A.Compose([A.RandomHorizontalFlip(p=1.0)])
     p = flip.draw([(100, 200)], [0])

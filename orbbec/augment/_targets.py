@@ -19,7 +19,8 @@ def transform_boxes(boxes: torch.Tensor, M: torch.Tensor, size: Tuple[int, int],
                     min_visible: float = 0.0, min_size: float = 1.0):
     """Boxes [N, 4] xyxy -> (boxes [K, 4], kept [N] bool): the four corners through M, their
     enclosing box clipped to the output (height, width) `size`. A box is dropped when less than
-    `min_visible` of its transformed area, or less than `min_size` pixels of width or height, remains."""
+    `min_visible` of its transformed area, or less than `min_size` pixels of width or height, remains.
+    M is [2, 3], or one matrix per box [N, 2, 3] (the boxes of a whole batch in one call)."""
     M = torch.as_tensor(M, dtype=torch.float64)
     b = torch.as_tensor(boxes, dtype=torch.float64).reshape(-1, 4)
     corners = torch.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [0, 3]], b[:, [2, 3]]], dim=1)

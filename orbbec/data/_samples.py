@@ -119,15 +119,29 @@ def _flipped(sample: dict) -> bool:
     return bool(sample.get("RandomHorizontalFlip.hflip", False))
 
 
-def _move_targets(target: dict, M, size, flipped, box_min_visible, flip_pairs) -> dict:
-    out = dict(target)
+def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> None:
+    """The boxes of the whole batch in one transform_boxes call, each box with its sample's matrix
+    (one call per sample cost a detection worker more than the rest of its batch), and their
+    per-box keys (labels) kept with them."""
     for k in BOX_KEYS:
-        if k in target:
-            boxes, kept = transform_boxes(torch.as_tensor(target[k], dtype=torch.float32), M, size, box_min_visible)
-            out[k] = boxes
+        have = [b for b, t in enumerate(targets) if k in t]
+        if not have:
+            continue
+        boxes = [torch.as_tensor(targets[b][k], dtype=torch.float32).reshape(-1, 4) for b in have]
+        counts = torch.tensor([len(x) for x in boxes])
+        per_box = M[torch.tensor(have)].to(torch.float64).repeat_interleave(counts, dim=0)
+        moved, kept = transform_boxes(torch.cat(boxes), per_box, size, box_min_visible)
+        keeps = kept.split(counts.tolist())
+        for b, keep, part in zip(have, keeps, moved.split([int(x.sum()) for x in keeps])):
+            targets[b][k] = part
             for pk in PER_BOX_KEYS:
-                if pk in target:
-                    out[pk] = torch.as_tensor(target[pk])[kept]
+                if pk in targets[b]:
+                    targets[b][pk] = torch.as_tensor(targets[b][pk])[keep]
+
+
+def _move_keypoints(target: dict, M, size, flipped, flip_pairs) -> dict:
+    """A copy of the sample's target (the dataset's own dict stays as it is) with its keypoints moved."""
+    out = dict(target)
     for k in POINT_KEYS:
         if k in target:
             pts = torch.as_tensor(target[k], dtype=torch.float32)
@@ -204,8 +218,8 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
         if batch.params is not None:
             M, size = batch.params.matrices, batch.params.size
             flipped = [_flipped(p) for p in batch.params.samples]
-            targets = [_move_targets(t, M[b], size, flipped[b], box_min_visible, flip_pairs)
-                       for b, t in enumerate(targets)]
+            targets = [_move_keypoints(t, M[b], size, flipped[b], flip_pairs) for b, t in enumerate(targets)]
+            _move_boxes(targets, M, size, box_min_visible)
             _move_landmarks(targets, M, size, flipped)
         batch.targets = collate_dicts(targets, ragged)
     elif kind == "tuple":
