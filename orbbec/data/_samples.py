@@ -129,7 +129,7 @@ def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> 
             continue
         boxes = [torch.as_tensor(targets[b][k], dtype=torch.float32).reshape(-1, 4) for b in have]
         counts = torch.tensor([len(x) for x in boxes])
-        per_box = M[torch.tensor(have)].to(torch.float64).repeat_interleave(counts, dim=0)
+        per_box = M[torch.tensor(have)].repeat_interleave(counts, dim=0)
         moved, kept = transform_boxes(torch.cat(boxes), per_box, size, box_min_visible)
         keeps = kept.split(counts.tolist())
         for b, keep, part in zip(have, keeps, moved.split([int(x.sum()) for x in keeps])):

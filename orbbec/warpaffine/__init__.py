@@ -243,9 +243,9 @@ def warp_affine(
     border = _mode_code(border_mode, _BORDERS, _CV2_BORDERS, _BORDER_CODES, "border_mode")
     values = _border_values(border_value, channels)
     grad = torch.is_grad_enabled() and (M.requires_grad or (not is_list and src4.requires_grad))
-    # The ops invert a forward matrix themselves (invert_matrix: in the kernels' prologue on CUDA,
-    # with invert_affine's arithmetic, so the same bits), sparing a launch, a dispatch and the
-    # float64 conversion or copy of M per call. A matrix that needs a gradient is inverted here by
+    # The ops invert a forward matrix themselves (invert_matrix; on CUDA one small kernel launched
+    # from C++, with invert_affine's arithmetic, so the same bits), sparing the Python dispatches and
+    # the float64 conversion or copy of M per call. A matrix that needs a gradient is inverted here by
     # invert_affine's differentiable formula.
     invert = not inverse_map
     if invert and grad and M.requires_grad:

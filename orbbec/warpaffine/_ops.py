@@ -59,15 +59,18 @@ def _backward(ctx, grad_out):
     if not (need_src or need_mat):
         return (None, None) + none
     inv_matrix = matrix
-    if invert_matrix:  # the op inverted a forward matrix: the backward kernel takes the inverse map
-        inv_matrix = invert_affine(matrix.detach())
+    if invert_matrix:
+        # The op inverted a forward matrix: the backward kernel takes the inverse map, inverted once
+        # here, by invert_affine's differentiable formula when the matrix gradient goes through it
+        # (the same bits as the op's inversion).
+        with torch.enable_grad():
+            forward = matrix.detach().requires_grad_(need_mat)
+            inverted = invert_affine(forward)
+        inv_matrix = inverted.detach()
     grad_src, grad_mat = torch.ops.orbbec.warp_affine_backward(
         grad_out, src, inv_matrix, interpolation, border_mode, border_value, need_src, need_mat)
-    if need_mat and invert_matrix:  # chain rule through the inversion (its differentiable torch formula)
-        with torch.enable_grad():
-            m = matrix.detach().requires_grad_()
-            inv = invert_affine(m)
-            grad_mat, = torch.autograd.grad(inv, m, grad_mat.to(inv.dtype))
+    if need_mat and invert_matrix:  # chain rule through the inversion
+        grad_mat, = torch.autograd.grad(inverted, forward, grad_mat.to(inverted.dtype))
     return (grad_src if need_src else None, grad_mat if need_mat else None) + none
 
 

@@ -34,8 +34,8 @@ struct DecodedImage {
   int path = -1;             // 0 hardware engine, 1 hybrid (CPU Huffman + GPU)
 };
 
-// Decodes on `device` (an index); blocks until every image's host-side work has been submitted and
-// the hardware engine's batches have finished (see decode_hardware).
+// Decodes on `device` (an index); blocks until every image's host-side work has been submitted (and
+// the hardware engine has finished the previous call's batches, see decode_hardware).
 // `only_path` 0 or 1 sends every image to that path (tests); -1 divides the batch by the rates.
 std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
                                            int only_path = -1);

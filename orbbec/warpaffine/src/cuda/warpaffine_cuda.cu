@@ -40,8 +40,7 @@ void check_image_size(int64_t C, int64_t H, int64_t W, const char* name) {
 
 // The kernels read contiguous float64 inverse maps. A matrix in any other form (float32, strided,
 // expanded, or forward maps to invert) is converted by one small kernel launched here: inverting in
-// each block's prologue instead cost the fused kernels 5-6% (a barrier and a serial inversion per
-// block), more than this launch.
+// each block's prologue instead cost the fused kernels 4-6% (docs/dev/warpaffine.md).
 __global__ void prepare_matrices_kernel(forward_cuda::MatrixArg m, double* __restrict__ out, int64_t n) {
   for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b < n; b += int64_t(gridDim.x) * blockDim.x) {
     double f[6];
