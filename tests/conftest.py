@@ -1,7 +1,27 @@
 """Shared test fixtures: devices to run on and the sample photographs of docs/workloads.md."""
+import glob
+import os
+import sys
+
 import numpy as np
 import pytest
 import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The tests use the checkout's orbbec where it is built (an editable install or an in-place build),
+# else the installed one (`pip install .`): `python -m pytest` puts the checkout first on sys.path,
+# where an unbuilt orbbec/ would hide the installed package. Subprocesses get the same choice.
+CHECKOUT_BUILT = bool(glob.glob(os.path.join(ROOT, "orbbec", "_C.*")))
+if not CHECKOUT_BUILT:
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
+CHECKOUT_PATH = [ROOT] if CHECKOUT_BUILT else []  # what subprocesses put before their own path
+
+
+def subprocess_env(**extra):
+    """os.environ with PYTHONPATH leading to the orbbec these tests use, plus extra variables."""
+    path = os.pathsep.join(filter(None, CHECKOUT_PATH + [os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
 
 HAS_CUDA = torch.cuda.is_available()
 CUDA_SKIP_REASON = "CUDA test: no CUDA device on this machine"

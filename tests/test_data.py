@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEVICES, HAS_CUDA
+from conftest import CHECKOUT_PATH, DEVICES, HAS_CUDA
 from jpeg_files import encode, photo
 
 import orbbec.augment as A
@@ -186,7 +186,7 @@ def test_face_alignment_matches_align_faces_and_a_bad_face_keeps_the_others(devi
 
 _RANK_SCRIPT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
-    sys.path[:0] = [{tests!r}, {root!r}]
+    sys.path[:0] = {paths!r}
     import test_data as T
     from orbbec.data import GPULoader
     dist.init_process_group("gloo")
@@ -202,7 +202,7 @@ def test_two_processes_shard_the_dataset_and_draw_the_same_parameters(tmp_path):
     dataset, and each sample identical to a world-size-1 run."""
     script = tmp_path / "rank.py"
     here = os.path.dirname(os.path.abspath(__file__))
-    script.write_text(_RANK_SCRIPT.format(tests=here, root=os.path.dirname(here)))
+    script.write_text(_RANK_SCRIPT.format(paths=[here] + CHECKOUT_PATH))  # the orbbec the tests use
     procs = []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",

@@ -337,6 +337,29 @@ def test_cpu_equals_cuda(n, dtype):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize("n", [1, 63, 65, 255, 256, 257, 511, 512, 513])
+def test_cuda_one_launch_path_equals_general_path_and_reference(dtype, n):
+    # Scores of the boxes' dtype and up to 512 boxes (256 for float64) take the one-launch kernel;
+    # the same scores in another dtype (exactly representable) take the sort + mask + scan path.
+    boxes, scores = workload_boxes(n, seed=n + 7, field=300.0, dtype=dtype)  # dense: much suppression
+    scores = (scores * 16).floor().to(dtype)  # many equal scores: ties by index
+    other = torch.float64 if dtype != torch.float64 else torch.float32
+    idxs = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(n)).to(torch.int32)
+    b, s, s_other, c = boxes.cuda(), scores.cuda(), scores.to(other).cuda(), idxs.cuda()
+    for thr in [0.3, 0.6]:
+        one = nms(b, s, thr)
+        assert one.dtype == torch.int64 and one.device == b.device
+        assert torch.equal(one, nms(b, s_other, thr))
+        assert as_list(one) == ref_nms(boxes, scores, thr)
+        one_b = batched_nms(b, s, c, thr)
+        assert torch.equal(one_b, batched_nms(b, s_other, c, thr))
+        assert as_list(one_b) == ref_nms(boxes, scores, thr, idxs)  # in rank order
+    dets = torch.cat([b, s[:, None]], 1)  # strided boxes and scores
+    assert torch.equal(nms(dets, 0.5), nms(b, s_other, 0.5))
+
+
+@requires_cuda
 def test_cuda_many_boxes_removed_bitset_in_global_memory():
     # more than 327,680 boxes: the scan keeps its 'removed' bitset in global memory
     n = 340_000

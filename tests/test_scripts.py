@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, subprocess_env
 
 
 @pytest.mark.parametrize("script,args,expect", [
@@ -16,8 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_script_runs(tmp_path, script, args, expect):
     if script == "demo.py":
         args = args + ["--out", str(tmp_path / "demo.png")]
-    # the checkout's orbbec, installed (pip -e) or built in place
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    env = subprocess_env()  # the orbbec the tests use (conftest.py)
     done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args], capture_output=True,
                           text=True, timeout=300, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -29,8 +28,7 @@ def test_script_runs(tmp_path, script, args, expect):
 def test_train_ddp_two_processes_resume(tmp_path):
     """scripts/train_ddp.py under torchrun with two CPU processes (gloo): each rank trains on its own
     shard, saves the loader's state with the model, and a second run resumes both mid-epoch."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-               CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    env = subprocess_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            os.path.join(ROOT, "scripts", "train_ddp.py"), "--arch", "tiny", "--batch-size", "4", "--steps", "2",
            "--warmup", "1", "--workers", "0", "--images", "40", "--checkpoint", str(tmp_path / "ck.pt"),

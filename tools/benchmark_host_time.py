@@ -25,7 +25,7 @@ def _cases(device):
     """(name, orbbec call, peer name, peer call or None) on small inputs."""
     import torch.nn.functional as F
 
-    from orbbec.nms import nms
+    from orbbec.nms import batched_nms, nms
     from orbbec.roi_align import roi_align
     from orbbec.warpaffine import warp_affine
 
@@ -40,6 +40,7 @@ def _cases(device):
     xy = torch.rand(100, 2, generator=g) * 200
     boxes = torch.cat([xy, xy + torch.rand(100, 2, generator=g) * 50 + 1], 1).to(device)
     scores = torch.rand(100, generator=g).to(device)
+    classes = torch.randint(0, 5, (100,), generator=g).to(device)
     feats = torch.randn(2, 64, 32, 32, generator=g).to(device)
     rois = torch.cat([torch.zeros(64, 1), torch.rand(64, 2, generator=g) * 64,
                       torch.rand(64, 2, generator=g) * 64 + 64], 1).to(device)
@@ -52,6 +53,8 @@ def _cases(device):
         ("warp_affine uint8 8x3x112x112", lambda: warp_affine(img, M, (112, 112)), "affine_grid + grid_sample", grid_sample),
         ("nms 100 boxes", lambda: nms(boxes, scores, 0.5), "torchvision.ops.nms",
          (lambda: tv.nms(boxes, scores, 0.5)) if tv else None),
+        ("batched_nms 100 boxes 5 classes", lambda: batched_nms(boxes, scores, classes, 0.5),
+         "torchvision.ops.batched_nms", (lambda: tv.batched_nms(boxes, scores, classes, 0.5)) if tv else None),
         ("roi_align 64 rois 2x64x32x32", lambda: roi_align(feats, rois, 7, 0.25, 2, True), "torchvision.ops.roi_align",
          (lambda: tv.roi_align(feats, rois, 7, 0.25, 2, True)) if tv else None),
     ]

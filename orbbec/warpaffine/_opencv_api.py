@@ -8,11 +8,14 @@ from ..common import ArgumentError, ArgumentTypeError
 
 try:
     from . import _opencv as _native
-except ImportError:  # built without OpenCV's C++ headers
+    _WHY = ""
+except ImportError as exc:  # built without OpenCV's C++ headers, or its libraries missing here
     _native = None
+    _WHY = f" ({exc})" if ".so" in str(exc) else ""  # a library the loader could not find
 
 _HOW_TO_GET = (
-    "orbbec was built without OpenCV's C++ library, so affine_opencv is not available. Install it "
+    "orbbec's affine_opencv is not available: orbbec was built without OpenCV's C++ library, or "
+    "that library is missing on this machine" + _WHY + ". Install it "
     "(Debian/Ubuntu: `apt-get install libopencv-dev`) and rebuild orbbec "
     "(`pip install --no-build-isolation -e .`); warp_affine does the same on tensors without it."
 )

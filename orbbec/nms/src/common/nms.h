@@ -57,6 +57,11 @@ ORBBEC_HD T iou(const Box<T>& a, T area_a, const Box<T>& b, T area_b) {
   const T w = max_of(overlap(a.x1, a.x2, b.x1, b.x2), T(0));
   const T h = max_of(overlap(a.y1, a.y2, b.y1, b.y2), T(0));
   const T inter = mul_rn(w, h);
+#if defined(__CUDA_ARCH__)
+  // 0 / x is 0 (the sign of a zero decides nothing here): returning early skips the GPU division's
+  // slow path, which a zero dividend takes, and most pairs of boxes do not intersect.
+  if (inter == T(0)) return T(0);
+#endif
   const T uni = sub_rn(add_rn(area_a, area_b), inter);
   return div_rn(inter, uni > T(0) ? uni : T(1));
 }

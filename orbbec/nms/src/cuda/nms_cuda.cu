@@ -6,6 +6,7 @@
 // the kept indices itself. No mask goes to the host: the one host sync reads how many were kept.
 // batched_nms: the same on boxes sorted by (class, score), so every class is a contiguous run;
 // tiles whose rows and columns share no class are neither computed nor read.
+// Up to a few hundred boxes both take one launch instead (nms_small_cuda.cu).
 #include <tuple>
 
 #include <ATen/Dispatch.h>
@@ -13,13 +14,13 @@
 #include <torch/library.h>
 
 #include "common/src/cuda_utils.cuh"
+#include "nms/src/cuda/nms_small.h"
+#include "nms/src/cuda/settle_tile.cuh"
 #include "nms/src/nms_ext.h"
 
 namespace orbbec {
 namespace nms {
 namespace {
-
-using Word = unsigned long long;  // one mask word: the type __popcll and __ffsll take
 
 constexpr int kGatherThreads = 256;
 constexpr int kScanThreads = 1024;
@@ -118,8 +119,8 @@ __device__ __forceinline__ void load_diagonal(const Word* mask, int64_t n, int64
 }
 
 // The greedy pass, on the GPU. For each row tile b in rank order: warp 0 settles the tile's boxes
-// from removed[b] (set by kept boxes of earlier tiles) and the diagonal words, one step per kept
-// box; then every thread ORs the kept rows into one later word of 'removed'. Kept boxes go either
+// from removed[b] (set by kept boxes of earlier tiles) and the diagonal words (settle_tile); then
+// every thread ORs the kept rows into one later word of 'removed'. Kept boxes go either
 // straight to out_idx (in rank order) or, for batched_nms, to keep_flag[flag_pos[k]].
 __global__ void __launch_bounds__(kScanThreads) scan_kernel(
     const Word* __restrict__ mask, int64_t n, int64_t W, const int64_t* __restrict__ col_end,
@@ -143,15 +144,7 @@ __global__ void __launch_bounds__(kScanThreads) scan_kernel(
     if (leader) {
       const int rows = static_cast<int>(min(int64_t(kTile), n - r0));
       const Word valid = rows == kTile ? ~Word(0) : (Word(1) << rows) - 1;
-      Word gone = removed[b];
-      Word kept = 0;
-      Word cand = ~gone & valid;
-      while (cand != 0) {  // the lowest candidate is kept; its diagonal word removes later ones
-        const int t = __ffsll(static_cast<long long>(cand)) - 1;
-        kept |= Word(1) << t;
-        gone |= __shfl_sync(0xffffffffu, t < 32 ? diag_lo : diag_hi, t & 31);
-        cand = ~gone & valid & ~((Word(2) << t) - 1);
-      }
+      const Word kept = settle_tile(~removed[b] & valid, diag_lo, diag_hi, lane);
       // The next tile's diagonal does not depend on this one: load it now, under the OR phase.
       if (b + 1 < W) load_diagonal(mask, n, W, b + 1, lane, diag_lo, diag_hi);
       for (int half = 0; half < 2; ++half) {
@@ -254,6 +247,7 @@ at::Tensor nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, double io
   check_nms_args(boxes, scores, iou_threshold);
   const c10::cuda::CUDAGuard guard(boxes.device());
   if (boxes.size(0) == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
+  if (small_nms_applies(boxes, scores)) return small_nms_cuda(boxes, scores, at::Tensor(), iou_threshold);
   return suppress(boxes, sort_by_score(scores), at::Tensor(), at::Tensor(), at::Tensor(), iou_threshold);
 }
 
@@ -263,6 +257,7 @@ at::Tensor batched_nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, c
   const c10::cuda::CUDAGuard guard(boxes.device());
   const int64_t n = boxes.size(0);
   if (n == 0) return at::empty({0}, boxes.options().dtype(at::kLong));
+  if (small_nms_applies(boxes, scores)) return small_nms_cuda(boxes, scores, idxs, iou_threshold);
   const ClassOrder co = class_order(scores, idxs);
   const at::Tensor &by_score = co.by_score, &cls_sorted = co.cls_sorted, &by_class = co.by_class, &order = co.order;
   at::Tensor keep_by_score = at::empty({n}, boxes.options().dtype(at::kBool));
