@@ -34,5 +34,22 @@ try:
     nms(boxes[:, :3], scores, 0.5)
 except RuntimeError as exc:
     assert isinstance(exc, ValueError) and isinstance(exc, orbbec.ArgumentError)
+if torch.cuda.is_available() and orbbec.with_cuda():  # the installed CUDA kernels give the CPU's results
+    assert torch.equal(warp_affine(img.cuda(), M.cuda(), (32, 24)).cpu(), a)
+    assert nms(boxes.cuda(), scores.cuda(), 0.5).tolist() == [0, 2]
+    torch.testing.assert_close(roi_align(x.cuda(), rois.cuda(), 3, 1.0, 2, True).cpu(), roi_align(x, rois, 3, 1.0, 2, True))
+    try:
+        import cv2
+        import numpy as np
+    except ImportError:
+        cv2 = None
+    if cv2 is not None:
+        from orbbec.io import decode_jpeg
+        pixels = (np.arange(48 * 64 * 3) % 251).astype(np.uint8).reshape(48, 64, 3)
+        jpeg = cv2.imencode(".jpg", pixels)[1].reshape(-1)
+        on_gpu, on_cpu = decode_jpeg(jpeg, device="cuda"), decode_jpeg(jpeg, device="cpu")
+        assert on_gpu.shape == on_cpu.shape == (48, 64, 3)
+        assert (on_gpu.cpu().int() - on_cpu.int()).abs().max() <= 8  # IDCT / upsampling differences
+    print("CUDA kernels OK on", torch.cuda.get_device_name())
 print("smoke OK:", orbbec.__file__, "torch", torch.__version__, "| with_cuda", orbbec.with_cuda(),
       "|", orbbec.get_compiler_version())
