@@ -101,7 +101,6 @@ struct HwLane {
   std::vector<nvjpegDecodeParams_t> params;
   cudaEvent_t start = nullptr, end = nullptr;
   bool timed = false;
-  bool in_flight = false;  // `end` marks a batch the engine may not have finished
 };
 
 int default_threads() {
@@ -345,11 +344,9 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>
   // on the H100: nvjpegDecodeBatched waited forever inside the driver (cuEventSynchronize,
   // cuMemFree) and the engine's batches never completed (tools/dev/decode_stress.py,
   // docs/dev/decode.md). Waiting here rather than right after the submission lets the engine's
-  // work overlap the caller's next batch; the wait sleeps (a blocking-sync event).
-  if (lane.in_flight) {
-    cudaEventSynchronize(lane.end);
-    lane.in_flight = false;
-  }
+  // work overlap the caller's next batch; the wait sleeps (a blocking-sync event). Before the
+  // lane's first batch `end` is unrecorded, and the wait returns at once.
+  cudaEventSynchronize(lane.end);
   nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
   if (lane.batch != n || lane.format != format) {
     s = nvjpegDecodeBatchedInitialize(hw_handle_, lane.state, n, 1, format);
@@ -375,7 +372,6 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>
       s = nvjpegDecodeBatched(hw_handle_, lane.state, data.data(), sizes.data(), dst.data(), w.stream);
     }
     cudaEventRecord(lane.end, w.stream);
-    lane.in_flight = true;
     lane.timed = s == NVJPEG_STATUS_SUCCESS;
   }
   if (s == NVJPEG_STATUS_SUCCESS) {

@@ -15,7 +15,7 @@
 
 #include "common/src/cuda_utils.cuh"
 #include "nms/src/cuda/nms_small.h"
-#include "nms/src/cuda/settle_tile.cuh"
+#include "nms/src/cuda/suppression_mask.cuh"
 #include "nms/src/nms_ext.h"
 
 namespace orbbec {
@@ -28,16 +28,6 @@ constexpr int kSoftThreads = 1024;
 // The scan keeps 'removed' (one bit per box) in shared memory up to this many words
 // (327,680 boxes); beyond, in global memory.
 constexpr int64_t kMaxSharedWords = 40 * 1024 / sizeof(Word);
-
-// Mask layout: row tile b (boxes 64b .. 64b+63) stores, for each of its 64 rows, the words of
-// column tiles b .. W-1 only: W - b words per row. Half the memory of the full square.
-__host__ __device__ __forceinline__ int64_t tile_base(int64_t b, int64_t W) {
-  return int64_t(kTile) * (b * W - b * (b - 1) / 2);
-}
-__device__ __forceinline__ int64_t row_offset(int64_t r, int64_t W) {
-  const int64_t b = r / kTile;
-  return tile_base(b, W) + (r % kTile) * (W - b);
-}
 
 // Sorted, sanitized boxes in the accumulation type: out[k] = boxes[order[k]] (order null: k).
 template <typename scalar_t, typename T>

@@ -13,7 +13,7 @@
 #include "common/src/cuda_utils.cuh"
 #include "nms/src/common/nms.h"
 #include "nms/src/cuda/nms_small.h"
-#include "nms/src/cuda/settle_tile.cuh"
+#include "nms/src/cuda/suppression_mask.cuh"
 
 namespace orbbec {
 namespace nms {
@@ -24,13 +24,6 @@ constexpr int kSmallThreads = 1024;
 // Largest n taken here, per accumulation type: keeps the block's static shared memory (boxes,
 // areas, keys, classes, order and the mask triangle) under 48 KB.
 template <typename T> constexpr int small_max() { return sizeof(T) == 4 ? 512 : 256; }
-
-// Row r's words (column tiles r / 64 .. W - 1) start here: the upper triangle of 64 x 64 tiles,
-// row tile b holding W - b words per row (the general path's layout).
-__device__ __forceinline__ int small_row_offset(int r, int W) {
-  const int b = r / kTile;
-  return kTile * (b * W - b * (b - 1) / 2) + (r % kTile) * (W - b);
-}
 
 // An unsigned key whose order is ranks_before's order of scores: larger key, earlier rank. NaN
 // above every number, -0 equal to +0 (as the comparisons of ranks_before treat them).
@@ -121,7 +114,7 @@ __global__ void __launch_bounds__(kSmallThreads) small_nms_kernel(
     const Box<T> rb = s_box[r];
     const T ra = s_area[r];
     const int64_t rc = cls != nullptr ? s_cls[r] : 0;
-    unsigned int* row = mask32 + 2 * small_row_offset(r, W);
+    unsigned int* row = mask32 + 2 * row_offset(r, W);
     for (int h = 2 * (r / kTile); h < 2 * W; ++h) {
       const int c = 32 * h + lane;
       bool hit = false;
@@ -140,8 +133,8 @@ __global__ void __launch_bounds__(kSmallThreads) small_nms_kernel(
     const int r0 = b * kTile;
     const int rows = min(kTile, n - r0);
     const Word valid = rows == kTile ? ~Word(0) : (Word(1) << rows) - 1;
-    const Word diag_lo = lane < rows ? s_mask[small_row_offset(r0 + lane, W)] : 0;
-    const Word diag_hi = lane + 32 < rows ? s_mask[small_row_offset(r0 + lane + 32, W)] : 0;
+    const Word diag_lo = lane < rows ? s_mask[row_offset(r0 + lane, W)] : 0;
+    const Word diag_hi = lane + 32 < rows ? s_mask[row_offset(r0 + lane + 32, W)] : 0;
     const Word kept = settle_tile(~s_removed[b] & valid, diag_lo, diag_hi, lane);
     for (int t = lane; t < rows; t += 32) {
       if ((kept >> t) & 1) out_idx[total + __popcll(kept & ((Word(1) << t) - 1))] = s_order[r0 + t];
@@ -150,7 +143,7 @@ __global__ void __launch_bounds__(kSmallThreads) small_nms_kernel(
     if (lane > b && lane < W) {
       Word acc = 0;
       for (Word k = kept; k != 0; k &= k - 1) {
-        acc |= s_mask[small_row_offset(r0 + __ffsll(static_cast<long long>(k)) - 1, W) + (lane - b)];
+        acc |= s_mask[row_offset(r0 + __ffsll(static_cast<long long>(k)) - 1, W) + (lane - b)];
       }
       s_removed[lane] |= acc;
     }

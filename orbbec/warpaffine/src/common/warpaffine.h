@@ -126,6 +126,21 @@ ORBBEC_HD void invert_affine_2x3(const double* m, double* inv) {
   inv[3] = A21; inv[4] = A22; inv[5] = -A21 * c - A22 * f;
 }
 
+// Image b's sampling map (output pixel -> input position, 6 doubles) from M [B, 2, 3] read through
+// its element strides in its own float type (float -> double is exact, as M.to(float64) is), and
+// inverted with invert_affine_2x3 when M maps source to destination. The CPU op and the CUDA
+// matrix preparation both read M this way, so an expanded or float32 M needs no tensor copy.
+template <typename T>
+ORBBEC_HD void sampling_map(const T* M, int64_t b, int64_t s0, int64_t s1, int64_t s2, bool invert, double* out) {
+  double m[6];
+  for (int i = 0; i < 6; ++i) m[i] = static_cast<double>(M[b * s0 + (i / 3) * s1 + (i % 3) * s2]);
+  if (invert) {
+    invert_affine_2x3(m, out);
+  } else {
+    for (int i = 0; i < 6; ++i) out[i] = m[i];
+  }
+}
+
 // Saturating conversion of the interpolated value to the image type (cv::saturate_cast).
 template <typename scalar_t, typename acc_t>
 struct Store {

@@ -90,24 +90,13 @@ void warp_images(const std::vector<ImageView<in_t>>& images, const double* mats,
   });
 }
 
-// The maps the row kernels take (output pixel -> input position), B x 6 doubles, read straight
-// from M with its strides and dtype, so that an expanded [2, 3] or a float32 M costs no tensor
-// copy, and inverted with invert_affine_2x3 (the invert_affine op's arithmetic) when M maps source
-// to destination. float -> double is exact, as M.to(float64) is.
+// The maps the row kernels take (output pixel -> input position), B x 6 doubles (sampling_map).
 std::vector<double> sampling_maps(const at::Tensor& M, bool invert) {
-  const int64_t B = M.size(0), s0 = M.stride(0), s1 = M.stride(1), s2 = M.stride(2);
+  const int64_t B = M.size(0);
   std::vector<double> maps(static_cast<size_t>(B) * 6);
   AT_DISPATCH_FLOATING_TYPES(M.scalar_type(), "warp_affine_maps", [&] {
-    const scalar_t* p = M.data_ptr<scalar_t>();
     for (int64_t b = 0; b < B; ++b) {
-      double m[6];
-      for (int i = 0; i < 6; ++i) m[i] = static_cast<double>(p[b * s0 + (i / 3) * s1 + (i % 3) * s2]);
-      double* dst = maps.data() + b * 6;
-      if (invert) {
-        invert_affine_2x3(m, dst);
-      } else {
-        std::copy(m, m + 6, dst);
-      }
+      sampling_map(M.data_ptr<scalar_t>(), b, M.stride(0), M.stride(1), M.stride(2), invert, maps.data() + b * 6);
     }
   });
   return maps;

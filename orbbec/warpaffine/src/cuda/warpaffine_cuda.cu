@@ -43,17 +43,10 @@ void check_image_size(int64_t C, int64_t H, int64_t W, const char* name) {
 // each block's prologue instead cost the fused kernels 4-6% (docs/dev/warpaffine.md).
 __global__ void prepare_matrices_kernel(forward_cuda::MatrixArg m, double* __restrict__ out, int64_t n) {
   for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b < n; b += int64_t(gridDim.x) * blockDim.x) {
-    double f[6];
-#pragma unroll
-    for (int i = 0; i < 6; ++i) {
-      const int64_t o = b * m.sb + (i / 3) * m.sr + (i % 3) * m.sc;
-      f[i] = m.is_double ? static_cast<const double*>(m.data)[o] : static_cast<double>(static_cast<const float*>(m.data)[o]);
-    }
-    if (m.invert) {
-      invert_affine_2x3(f, out + 6 * b);
+    if (m.is_double) {
+      sampling_map(static_cast<const double*>(m.data), b, m.sb, m.sr, m.sc, m.invert, out + 6 * b);
     } else {
-#pragma unroll
-      for (int i = 0; i < 6; ++i) out[6 * b + i] = f[i];
+      sampling_map(static_cast<const float*>(m.data), b, m.sb, m.sr, m.sc, m.invert, out + 6 * b);
     }
   }
 }

@@ -1,11 +1,26 @@
-// The greedy rule inside one 64-box tile, shared by both CUDA nms paths.
+// The suppression mask's layout and the greedy rule inside one 64-box tile, shared by both CUDA
+// nms paths.
 #pragma once
+#include <cstdint>
+
 #include <cuda_runtime.h>
+
+#include "nms/src/common/nms.h"
 
 namespace orbbec {
 namespace nms {
 
 using Word = unsigned long long;  // one mask word: the type __popcll and __ffsll take
+
+// Mask layout: row tile b (boxes 64b .. 64b+63) stores, for each of its 64 rows, the words of
+// column tiles b .. W-1 only: W - b words per row. Half the memory of the full square.
+__host__ __device__ __forceinline__ int64_t tile_base(int64_t b, int64_t W) {
+  return int64_t(kTile) * (b * W - b * (b - 1) / 2);
+}
+__device__ __forceinline__ int64_t row_offset(int64_t r, int64_t W) {
+  const int64_t b = r / kTile;
+  return tile_base(b, W) + (r % kTile) * (W - b);
+}
 
 // OR of x over the warp, returned to every lane (all 32 lanes call it).
 __device__ __forceinline__ Word warp_or(Word x) {
