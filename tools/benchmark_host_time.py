@@ -4,7 +4,10 @@
 argument checks, dispatch, the launch) and not the kernel decides the latency.
 
 Each row is the median wall-clock time of `op(); torch.cuda.synchronize()` (no other work queued),
-so it is what a training loop waits for one call. CUDA by default; --device cpu runs the CPU kernels.
+so it is what a training loop waits for one call. nms and batched_nms (orbbec's and torchvision's)
+are synchronous by themselves: the size of their result is read back from the GPU before they
+return, so their rows time the call alone (a synchronize after it would find nothing to wait for
+and only add its own cost). CUDA by default; --device cpu runs the CPU kernels.
 
     python tools/benchmark_host_time.py [--device cuda] [--reps 300] [--out host_time.md]
 """
@@ -22,7 +25,7 @@ from timing import emit_table, host_time_ms  # noqa: E402
 
 
 def _cases(device):
-    """(name, orbbec call, peer name, peer call or None) on small inputs."""
+    """(name, orbbec call, peer name, peer call or None, whether the calls return only when done)."""
     import torch.nn.functional as F
 
     from orbbec.nms import batched_nms, nms
@@ -50,13 +53,14 @@ def _cases(device):
         return F.grid_sample(img.float(), grid, align_corners=False)
 
     return [
-        ("warp_affine uint8 8x3x112x112", lambda: warp_affine(img, M, (112, 112)), "affine_grid + grid_sample", grid_sample),
+        ("warp_affine uint8 8x3x112x112", lambda: warp_affine(img, M, (112, 112)), "affine_grid + grid_sample", grid_sample,
+         False),
         ("nms 100 boxes", lambda: nms(boxes, scores, 0.5), "torchvision.ops.nms",
-         (lambda: tv.nms(boxes, scores, 0.5)) if tv else None),
+         (lambda: tv.nms(boxes, scores, 0.5)) if tv else None, True),
         ("batched_nms 100 boxes 5 classes", lambda: batched_nms(boxes, scores, classes, 0.5),
-         "torchvision.ops.batched_nms", (lambda: tv.batched_nms(boxes, scores, classes, 0.5)) if tv else None),
+         "torchvision.ops.batched_nms", (lambda: tv.batched_nms(boxes, scores, classes, 0.5)) if tv else None, True),
         ("roi_align 64 rois 2x64x32x32", lambda: roi_align(feats, rois, 7, 0.25, 2, True), "torchvision.ops.roi_align",
-         (lambda: tv.roi_align(feats, rois, 7, 0.25, 2, True)) if tv else None),
+         (lambda: tv.roi_align(feats, rois, 7, 0.25, 2, True)) if tv else None, False),
     ]
 
 
@@ -72,17 +76,18 @@ def main() -> None:
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
 
-    def timed(fn):
-        return host_time_ms(lambda: (fn(), sync()), args.reps)
+    def timed(fn, synchronous):
+        return host_time_ms(fn if synchronous else (lambda: (fn(), sync())), args.reps)
 
     dev_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "CPU"
     lines = ["## Host time of one synchronous call (median ms)", "",
              f"- {dev_name}, torch {torch.__version__}, orbbec {orbbec.__version__}, Python {platform.python_version()}",
-             f"- median of {args.reps} calls, each followed by a synchronize", "",
+             f"- median of {args.reps} calls, each followed by a synchronize (nms rows: the call alone, which "
+             "returns only after reading its result's size back)", "",
              "| op | orbbec ms | peer | peer ms |", "| --- | --- | --- | --- |"]
-    for name, ours, peer_name, peer in _cases(args.device):
-        peer_ms = f"{timed(peer):.3f}" if peer else "n/a (no usable torchvision)"
-        lines.append(f"| {name} | {timed(ours):.3f} | {peer_name} | {peer_ms} |")
+    for name, ours, peer_name, peer, synchronous in _cases(args.device):
+        peer_ms = f"{timed(peer, synchronous):.3f}" if peer else "n/a (no usable torchvision)"
+        lines.append(f"| {name} | {timed(ours, synchronous):.3f} | {peer_name} | {peer_ms} |")
     emit_table("\n".join(lines), args.out)
 
 

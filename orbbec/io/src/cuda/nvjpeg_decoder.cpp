@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 #include <nvjpeg.h>
 
+#include "io/src/cuda/engine_clock.h"
 #include "io/src/cuda/worker_pool.h"
 #include "io/src/jpeg_buffer.h"
 
@@ -99,8 +100,7 @@ struct HwLane {
   int batch = 0;
   nvjpegOutputFormat_t format = NVJPEG_OUTPUT_UNCHANGED;
   std::vector<nvjpegDecodeParams_t> params;
-  cudaEvent_t start = nullptr, end = nullptr;
-  bool timed = false;
+  cudaEvent_t end = nullptr;
 };
 
 int default_threads() {
@@ -134,12 +134,17 @@ class Decoder {
     hardware_rate_ = 1e10;
     // Hardware batches in flight at once (each from its own thread and stream).
     if (const char* lanes = std::getenv("ORBBEC_NVJPEG_LANES")) max_lanes_ = std::max(1, std::atoi(lanes));
-    // Moving images the hardware engine could take to the hybrid path, by the measured rates, is off
-    // by default: where it ran, the split was slower than the hardware engine alone (docs/dev/decode.md).
+    // ORBBEC_NVJPEG_SPLIT=1 moves images the hardware engine could decode to the hybrid path when the
+    // measured rates say the batch finishes sooner. Off by default: which path decodes an image then
+    // depends on timing, and the two paths' pixels differ slightly, so the same batch would not
+    // always decode to the same bits; and on small images it was slower (docs/dev/decode.md).
     if (const char* split = std::getenv("ORBBEC_NVJPEG_SPLIT")) split_ = std::atoi(split) != 0;
+    if (const char* rotate = std::getenv("ORBBEC_NVJPEG_ROTATE")) rotate_ = std::atoi(rotate) != 0;
     if (hw_handle_) {
-      lanes_.resize(max_lanes_);
+      // Twice the lanes one call uses, so that consecutive calls alternate (see decode()).
+      lanes_.resize(rotate_ ? 2 * max_lanes_ : max_lanes_);
       for (auto& l : lanes_) create(l);
+      engine_clock_ = std::make_unique<EngineClock>(max_lanes_);
     }
     ORBBEC_CUDA(cudaStreamCreateWithFlags(&alloc_stream_, cudaStreamNonBlocking));
   }
@@ -147,6 +152,7 @@ class Decoder {
   ~Decoder() {
     pool_.reset();
     for (auto& l : lanes_) destroy(l);
+    engine_clock_.reset();
     for (auto& w : workers_) destroy(w);
     if (hw_handle_) nvjpegDestroy(hw_handle_);
     nvjpegDestroy(handle_);
@@ -161,7 +167,10 @@ class Decoder {
     ORBBEC_CUDA(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking));
     ORBBEC_CUDA(cudaEventCreateWithFlags(&w.done, cudaEventDisableTiming));
     ORBBEC_NVJPEG(nvjpegJpegStreamCreate(hw_handle_ ? hw_handle_ : handle_, &w.header));
-    ORBBEC_NVJPEG(nvjpegDecoderCreate(handle_, NVJPEG_BACKEND_HYBRID, &w.decoder));
+    const char* backend = std::getenv("ORBBEC_NVJPEG_HYBRID_BACKEND");
+    const bool gpu_huffman = backend != nullptr && std::string(backend) == "gpu";
+    ORBBEC_NVJPEG(nvjpegDecoderCreate(handle_, gpu_huffman ? NVJPEG_BACKEND_GPU_HYBRID : NVJPEG_BACKEND_HYBRID,
+                                      &w.decoder));
     ORBBEC_NVJPEG(nvjpegDecoderStateCreate(handle_, w.decoder, &w.state));
     ORBBEC_NVJPEG(nvjpegBufferDeviceCreate(handle_, nullptr, &w.device_buffer));
     ORBBEC_NVJPEG(nvjpegStateAttachDeviceBuffer(w.state, w.device_buffer));
@@ -175,7 +184,6 @@ class Decoder {
 
   void create(HwLane& l) {
     ORBBEC_NVJPEG(nvjpegJpegStateCreate(hw_handle_, &l.state));
-    ORBBEC_CUDA(cudaEventCreate(&l.start));
     ORBBEC_CUDA(cudaEventCreateWithFlags(&l.end, cudaEventBlockingSync));
   }
 
@@ -183,7 +191,6 @@ class Decoder {
     if (l.end) cudaEventSynchronize(l.end);
     for (auto p : l.params) nvjpegDecodeParamsDestroy(p);
     if (l.state) nvjpegJpegStateDestroy(l.state);
-    if (l.start) cudaEventDestroy(l.start);
     if (l.end) cudaEventDestroy(l.end);
   }
 
@@ -205,9 +212,8 @@ class Decoder {
 
   void plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out);
   void decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out);
-  void decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
-                       JpegMode mode, std::vector<DecodedImage>& out);
-  void update_hardware_rate();
+  void decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch, const std::vector<size_t>& chunk,
+                       const std::vector<EncodedImage>& images, JpegMode mode, std::vector<DecodedImage>& out);
   void begin(Worker& w) { w.used = true; }
 
   int device_;
@@ -222,11 +228,13 @@ class Decoder {
   // Measured rates, in output pixels per second: the hardware engine's (from its events, read one
   // call later so as never to wait for the GPU), and one hybrid thread's (from host time).
   double hardware_rate_, hybrid_rate_per_thread_;
-  int64_t last_hardware_pixels_ = 0;
   int64_t hardware_images_ = 0, hybrid_images_ = 0;
   std::atomic<int64_t> hardware_failures_{0};
   int max_lanes_ = 2;
+  size_t next_lane_ = 0;  // the lane the next call's first hardware batch takes
+  bool rotate_ = true;
   bool split_ = false;
+  std::unique_ptr<EngineClock> engine_clock_;
 };
 
 void Decoder::plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out) {
@@ -319,8 +327,8 @@ void Decoder::decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, De
   w.hybrid_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>& chunk, const std::vector<EncodedImage>& images,
-                              JpegMode mode, std::vector<DecodedImage>& out) {
+void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch, const std::vector<size_t>& chunk,
+                              const std::vector<EncodedImage>& images, JpegMode mode, std::vector<DecodedImage>& out) {
   begin(w);
   const int n = static_cast<int>(chunk.size());
   const nvjpegOutputFormat_t format = output_format(mode);
@@ -354,7 +362,7 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>
     lane.format = format;
   }
   if (s == NVJPEG_STATUS_SUCCESS) {
-    cudaEventRecord(lane.start, w.stream);
+    engine_clock_->record_start(clock_slot, batch, w.stream);
     if (any_roi) {
       while (static_cast<int>(lane.params.size()) < n) {
         nvjpegDecodeParams_t p;
@@ -372,7 +380,7 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>
       s = nvjpegDecodeBatched(hw_handle_, lane.state, data.data(), sizes.data(), dst.data(), w.stream);
     }
     cudaEventRecord(lane.end, w.stream);
-    lane.timed = s == NVJPEG_STATUS_SUCCESS;
+    engine_clock_->record_end(clock_slot, batch, w.stream);
   }
   if (s == NVJPEG_STATUS_SUCCESS) {
     for (size_t i : chunk) out[i].path = 0;
@@ -381,29 +389,9 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, const std::vector<size_t>
   // One bad bitstream fails the whole hardware batch: decode its images one by one instead, so that
   // the good ones survive and the bad one gets its own error. The state is re-initialised next time.
   ++hardware_failures_;
+  engine_clock_->discard(clock_slot);
   lane.batch = 0;
   for (size_t i : chunk) decode_hybrid(w, images[i], mode, out[i]);
-}
-
-void Decoder::update_hardware_rate() {
-  // Read the events of the previous call's hardware batches if the GPU has finished them.
-  if (last_hardware_pixels_ == 0) return;
-  float longest = 0;
-  for (auto& l : lanes_) {
-    if (!l.timed) continue;
-    if (cudaEventQuery(l.end) != cudaSuccess) {
-      cudaGetLastError();  // not ready: clear, and try again next call
-      return;
-    }
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, l.start, l.end) == cudaSuccess) longest = std::max(longest, ms);
-  }
-  for (auto& l : lanes_) l.timed = false;
-  if (longest > 0) {
-    const double rate = last_hardware_pixels_ / (longest * 1e-3);
-    hardware_rate_ = 0.7 * hardware_rate_ + 0.3 * rate;
-  }
-  last_hardware_pixels_ = 0;
 }
 
 std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path) {
@@ -412,7 +400,10 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   const size_t n = images.size();
   std::vector<DecodedImage> out(n);
   std::vector<ImagePlan> plans(n);
-  update_hardware_rate();
+  if (engine_clock_) {
+    const double rate = engine_clock_->poll();
+    if (rate > 0) hardware_rate_ = 0.7 * hardware_rate_ + 0.3 * rate;
+  }
 
   pool_->run(n, [&](int w, size_t i) { plan(workers_[w], images[i], mode, plans[i], out[i]); });
 
@@ -451,22 +442,32 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
     hardware.clear();
     hardware_pixels = 0;
   }
-  // Split: move images from the hardware engine's list to the hybrid path while the hybrid path's
-  // predicted time stays within the hardware's. The hybrid path decodes whole images, one per
-  // thread at a time, so its time is counted in rounds of `hybrid_threads` images.
+  // Split: images move from the hardware engine's list to the hybrid path in whole rounds of the
+  // hybrid threads (a thread decodes one whole image at a time, so a partial round costs as much as
+  // a full one), while that shortens the batch's predicted time: the longer of the two paths'.
+  // Rates: the engine's from its events (EngineClock), a hybrid thread's from its host time.
   const int hybrid_threads = std::max(1, threads - lanes);
   auto hybrid_time = [&](size_t count, int64_t pixels) {
     if (count == 0) return 0.0;
     const double rounds = static_cast<double>((count + hybrid_threads - 1) / hybrid_threads);
     return rounds * (static_cast<double>(pixels) / count) / hybrid_rate_per_thread_;
   };
-  while (hardware.size() > 1 && (only_path == -1 && split_)) {
-    const int64_t px = plans[hardware.back()].pixels;
-    if (hybrid_time(hybrid.size() + 1, hybrid_pixels + px) > (hardware_pixels - px) / hardware_rate_) break;
-    hybrid.push_back(hardware.back());
-    hardware.pop_back();
-    hybrid_pixels += px;
-    hardware_pixels -= px;
+  if (only_path == -1 && split_) {
+    double best = std::max(hybrid_time(hybrid.size(), hybrid_pixels), hardware_pixels / hardware_rate_);
+    while (hardware.size() > 1) {
+      const size_t round_end = (hybrid.size() / hybrid_threads + 1) * hybrid_threads;
+      const size_t take = std::min(round_end - hybrid.size(), hardware.size() - 1);
+      int64_t px = 0;
+      for (size_t k = hardware.size() - take; k < hardware.size(); ++k) px += plans[hardware[k]].pixels;
+      const double t = std::max(hybrid_time(hybrid.size() + take, hybrid_pixels + px),
+                                (hardware_pixels - px) / hardware_rate_);
+      if (t >= best) break;
+      best = t;
+      hybrid.insert(hybrid.end(), hardware.end() - take, hardware.end());
+      hardware.resize(hardware.size() - take);
+      hybrid_pixels += px;
+      hardware_pixels -= px;
+    }
   }
   lanes = hardware.empty() ? 0 : std::min<int>(lanes, hardware.size());
   std::vector<std::vector<size_t>> chunks(lanes);
@@ -475,10 +476,18 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   std::stable_sort(hybrid.begin(), hybrid.end(), [&](size_t a, size_t b) { return plans[a].pixels > plans[b].pixels; });
 
   for (auto& w : workers_) w.hybrid_seconds = 0;
+  // Consecutive calls take the lanes in turn: a lane waits for its own previous batch before it
+  // submits (decode_hardware), so a call that took the other lane than the call before submits
+  // while that call's batch is still in the engine, instead of leaving the engine idle for the
+  // whole of nvjpegDecodeBatched's host work. At most one batch per lane is in flight, as before.
+  const size_t first_lane = rotate_ ? next_lane_ : 0;
+  if (!chunks.empty()) next_lane_ = (next_lane_ + chunks.size()) % lanes_.size();
+  const int clock_slot = chunks.empty() ? -1 : engine_clock_->begin_call(static_cast<int>(chunks.size()), hardware_pixels);
   pool_->run(chunks.size() + hybrid.size(), [&](int w, size_t job) {
     try {
       if (job < chunks.size()) {
-        decode_hardware(workers_[w], lanes_[job], chunks[job], images, mode, out);
+        decode_hardware(workers_[w], lanes_[(first_lane + job) % lanes_.size()], clock_slot, static_cast<int>(job),
+                        chunks[job], images, mode, out);
       } else {
         decode_hybrid(workers_[w], images[hybrid[job - chunks.size()]], mode, out[hybrid[job - chunks.size()]]);
       }
@@ -499,7 +508,6 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   if (hybrid_seconds > 0 && hybrid_pixels > 0) {
     hybrid_rate_per_thread_ = 0.7 * hybrid_rate_per_thread_ + 0.3 * (hybrid_pixels / hybrid_seconds);
   }
-  last_hardware_pixels_ = hardware_pixels;
   for (size_t i = 0; i < n; ++i) {
     if (!out[i].error.empty()) {
       out[i].image = at::Tensor();

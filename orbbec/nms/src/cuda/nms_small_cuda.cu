@@ -7,6 +7,9 @@
 // suppression mask there (one warp ballot per 32 pairs) and runs the greedy pass in one warp.
 // The decisions are those of the general path: the same box arithmetic (common/nms.h), the same
 // ranking, the same greedy rule.
+#include <mutex>
+#include <vector>
+
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -24,6 +27,7 @@ constexpr int kSmallThreads = 1024;
 // Largest n taken here, per accumulation type: keeps the block's static shared memory (boxes,
 // areas, keys, classes, order and the mask triangle) under 48 KB.
 template <typename T> constexpr int small_max() { return sizeof(T) == 4 ? 512 : 256; }
+static_assert(small_max<float>() <= kSmallThreads, "the kernel loads one box per thread");
 
 // An unsigned key whose order is ranks_before's order of scores: larger key, earlier rank. NaN
 // above every number, -0 equal to +0 (as the comparisons of ranks_before treat them).
@@ -73,15 +77,23 @@ __global__ void __launch_bounds__(kSmallThreads) small_nms_kernel(
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   const int W = (n + kTile - 1) / kTile;
 
-  for (int i = tid; i < n; i += blockDim.x) {
-    s_key[i] = RankKey<T>::make(static_cast<T>(scores[i * score_stride]), i);
-    s_rank[i] = 0;
+  // Every input in one global round trip: thread i < n (n <= blockDim.x) holds box i until its
+  // rank is known.
+  Box<T> my_box{};
+  int64_t my_cls = 0;
+  if (tid < n) {
+    const scalar_t* q = boxes + tid * box_stride0;
+    my_box = Box<T>{static_cast<T>(q[0]), static_cast<T>(q[box_stride1]), static_cast<T>(q[2 * box_stride1]),
+                    static_cast<T>(q[3 * box_stride1])};
+    if (cls != nullptr) my_cls = cls[tid];
+    s_key[tid] = RankKey<T>::make(static_cast<T>(scores[tid * score_stride]), tid);
+    s_rank[tid] = 0;
   }
   if (tid < W) s_removed[tid] = 0;
   __syncthreads();
 
   // Rank of box i: how many keys come before its own. Thread t counts part t / n of the keys for
-  // box t % n, so every thread has work (n <= blockDim.x).
+  // box t % n, so every thread has work.
   {
     const int parts = blockDim.x / n, part = tid / n, i = tid % n;
     if (part < parts) {
@@ -93,15 +105,12 @@ __global__ void __launch_bounds__(kSmallThreads) small_nms_kernel(
     }
   }
   __syncthreads();
-  for (int i = tid; i < n; i += blockDim.x) {
-    const int rank = s_rank[i];
-    const scalar_t* q = boxes + i * box_stride0;
-    Box<T> b{static_cast<T>(q[0]), static_cast<T>(q[box_stride1]), static_cast<T>(q[2 * box_stride1]),
-             static_cast<T>(q[3 * box_stride1])};
-    s_area[rank] = sanitize(b);
-    s_box[rank] = b;
-    s_order[rank] = static_cast<short>(i);
-    if (cls != nullptr) s_cls[rank] = cls[i];
+  if (tid < n) {
+    const int rank = s_rank[tid];
+    s_area[rank] = sanitize(my_box);
+    s_box[rank] = my_box;
+    s_order[rank] = static_cast<short>(tid);
+    s_cls[rank] = my_cls;
   }
   __syncthreads();
 
@@ -125,27 +134,28 @@ __global__ void __launch_bounds__(kSmallThreads) small_nms_kernel(
   }
   __syncthreads();
 
-  // The greedy pass in warp 0, one 64-box tile at a time (settle_tile); then lane w ORs the kept
-  // rows into removed[w].
+  // The greedy pass in warp 0, one 64-box tile at a time (settle_tile). Then the tile's kept rows
+  // remove boxes of later tiles: lane l contributes rows l and l + 32 when kept and one warp OR
+  // per later tile gathers them (a loop over the kept rows instead cost one dependent shared load
+  // per kept box, most of the kernel's time at 100 boxes).
   if (warp != 0) return;
   int64_t total = 0;
   for (int b = 0; b < W; ++b) {
     const int r0 = b * kTile;
     const int rows = min(kTile, n - r0);
     const Word valid = rows == kTile ? ~Word(0) : (Word(1) << rows) - 1;
-    const Word diag_lo = lane < rows ? s_mask[row_offset(r0 + lane, W)] : 0;
-    const Word diag_hi = lane + 32 < rows ? s_mask[row_offset(r0 + lane + 32, W)] : 0;
+    const int64_t row_lo = row_offset(r0 + lane, W), row_hi = row_offset(r0 + lane + 32, W);
+    const Word diag_lo = lane < rows ? s_mask[row_lo] : 0;
+    const Word diag_hi = lane + 32 < rows ? s_mask[row_hi] : 0;
     const Word kept = settle_tile(~s_removed[b] & valid, diag_lo, diag_hi, lane);
     for (int t = lane; t < rows; t += 32) {
       if ((kept >> t) & 1) out_idx[total + __popcll(kept & ((Word(1) << t) - 1))] = s_order[r0 + t];
     }
     total += __popcll(kept);
-    if (lane > b && lane < W) {
-      Word acc = 0;
-      for (Word k = kept; k != 0; k &= k - 1) {
-        acc |= s_mask[row_offset(r0 + __ffsll(static_cast<long long>(k)) - 1, W) + (lane - b)];
-      }
-      s_removed[lane] |= acc;
+    const bool kept_lo = (kept >> lane) & 1, kept_hi = (kept >> (lane + 32)) & 1;  // 0 past row n - 1
+    for (int w = b + 1; w < W; ++w) {
+      const Word by_kept = warp_or((kept_lo ? s_mask[row_lo + (w - b)] : 0) | (kept_hi ? s_mask[row_hi + (w - b)] : 0));
+      if (lane == 0) s_removed[w] |= by_kept;
     }
     __syncwarp();
   }
@@ -160,19 +170,69 @@ bool small_nms_applies(const at::Tensor& boxes, const at::Tensor& scores) {
   return boxes.size(0) <= limit;
 }
 
+namespace {
+
+// A pinned, device-mapped host slot for one call's kept count, taken from a pool and given back
+// when the call ends: the kernel writes the count straight into host memory, so reading it back
+// costs the stream synchronisation and neither a copy nor a pinned allocation per call (the
+// caching host allocator's bookkeeping was a visible share of a 100-box call's host time).
+class CountSlot {
+ public:
+  CountSlot() {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      if (!pool().empty()) {
+        host_ = pool().back();
+        pool().pop_back();
+      }
+    }
+    if (host_ == nullptr && cudaHostAlloc(reinterpret_cast<void**>(&host_), sizeof(int64_t),
+                                          cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the error: the caller falls back to a device slot
+      host_ = nullptr;
+    }
+    if (host_ != nullptr &&
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      device_ = nullptr;
+    }
+  }
+  ~CountSlot() {
+    if (host_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(mutex());
+    pool().push_back(host_);
+  }
+  CountSlot(const CountSlot&) = delete;
+  CountSlot& operator=(const CountSlot&) = delete;
+
+  int64_t* device() const { return device_; }  // nullptr: the device cannot write to it
+  int64_t read() const { return *static_cast<volatile int64_t*>(host_); }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<int64_t*>& pool() {  // lives as long as the process, like the CUDA context
+    static auto* p = new std::vector<int64_t*>();
+    return *p;
+  }
+  int64_t* host_ = nullptr;
+  int64_t* device_ = nullptr;
+};
+
+}  // namespace
+
 at::Tensor small_nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
                           double iou_threshold) {
   const int n = static_cast<int>(boxes.size(0));
   at::Tensor out = at::empty({n}, boxes.options().dtype(at::kLong));
-  // The kernel writes the kept count straight into pinned host memory, so reading it back costs a
-  // stream synchronisation and no copy. Pinned memory the device cannot address (host-registered
-  // memory on some systems) takes a device slot and a copy instead.
-  at::Tensor count = at::empty({1}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  int64_t* count_on_device = nullptr;
-  if (cudaHostGetDevicePointer(reinterpret_cast<void**>(&count_on_device), count.data_ptr(), 0) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the error: the fallback below handles it
-    count = at::empty({1}, out.options());
-    count_on_device = count.data_ptr<int64_t>();
+  const CountSlot slot;
+  at::Tensor device_count;  // only where the pinned slot cannot be written by the device
+  int64_t* count_on_device = slot.device();
+  if (count_on_device == nullptr) {
+    device_count = at::empty({1}, out.options());
+    count_on_device = device_count.data_ptr<int64_t>();
   }
   const at::Tensor cls = idxs.defined() ? idxs.to(at::kLong).contiguous() : at::Tensor();
   const cudaStream_t stream = current_stream();
@@ -185,11 +245,11 @@ at::Tensor small_nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, con
     ORBBEC_LAUNCH_CHECK();
   });
   int64_t kept = 0;  // the one host sync: the output size
-  if (count.is_cuda()) {
+  if (device_count.defined()) {
     c10::cuda::memcpy_and_sync(&kept, count_on_device, sizeof(kept), cudaMemcpyDeviceToHost, stream);
   } else {
     c10::cuda::stream_synchronize(stream);
-    kept = *count.data_ptr<int64_t>();
+    kept = slot.read();
   }
   return out.narrow(0, 0, kept);
 }
