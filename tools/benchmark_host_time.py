@@ -3,11 +3,11 @@
 (nms, roi_align) and F.affine_grid + grid_sample, on small inputs where the host's work (Python
 argument checks, dispatch, the launch) and not the kernel decides the latency.
 
-Each row is the median wall-clock time of `op(); torch.cuda.synchronize()` (no other work queued),
-so it is what a training loop waits for one call. nms and batched_nms (orbbec's and torchvision's)
-are synchronous by themselves: the size of their result is read back from the GPU before they
-return, so their rows time the call alone (a synchronize after it would find nothing to wait for
-and only add its own cost). CUDA by default; --device cpu runs the CPU kernels.
+Each row is the median wall-clock time of `op(); torch.cuda.current_stream().synchronize()` (no
+other work queued): the call and the wait for its work on the stream it ran on, what a training loop
+waits for one call (the table also states what a synchronisation alone costs). nms and batched_nms
+(orbbec's and torchvision's) are synchronous by themselves: the size of their result is read back
+from the GPU before they return, so their rows time the call alone. CUDA by default; --device cpu runs the CPU kernels.
 
     python tools/benchmark_host_time.py [--device cuda] [--reps 300] [--out host_time.md]
 """
@@ -74,7 +74,7 @@ def main() -> None:
         sys.exit("benchmark_host_time: no CUDA device here (use --device cpu for the CPU kernels)")
     import orbbec
 
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    sync = (lambda: torch.cuda.current_stream().synchronize()) if args.device == "cuda" else (lambda: None)
 
     def timed(fn, synchronous):
         return host_time_ms(fn if synchronous else (lambda: (fn(), sync())), args.reps)
@@ -82,12 +82,16 @@ def main() -> None:
     dev_name = torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "CPU"
     lines = ["## Host time of one synchronous call (median ms)", "",
              f"- {dev_name}, torch {torch.__version__}, orbbec {orbbec.__version__}, Python {platform.python_version()}",
-             f"- median of {args.reps} calls, each followed by a synchronize (nms rows: the call alone, which "
-             "returns only after reading its result's size back)", "",
+             f"- median of {args.reps} calls, each followed by a synchronisation of the current stream (nms rows: "
+             "the call alone, which returns only after reading its result's size back)", "",
              "| op | orbbec ms | peer | peer ms |", "| --- | --- | --- | --- |"]
     for name, ours, peer_name, peer, synchronous in _cases(args.device):
         peer_ms = f"{timed(peer, synchronous):.3f}" if peer else "n/a (no usable torchvision)"
         lines.append(f"| {name} | {timed(ours, synchronous):.3f} | {peer_name} | {peer_ms} |")
+    if args.device == "cuda":
+        lines += ["", f"For scale: torch.cuda.synchronize() alone, nothing queued: "
+                      f"{host_time_ms(torch.cuda.synchronize, args.reps):.3f} ms; "
+                      f"torch.cuda.current_stream().synchronize() alone: {host_time_ms(sync, args.reps):.3f} ms."]
     emit_table("\n".join(lines), args.out)
 
 
