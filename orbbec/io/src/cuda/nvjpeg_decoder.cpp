@@ -139,10 +139,9 @@ class Decoder {
     // depends on timing, and the two paths' pixels differ slightly, so the same batch would not
     // always decode to the same bits; and on small images it was slower (docs/dev/decode.md).
     if (const char* split = std::getenv("ORBBEC_NVJPEG_SPLIT")) split_ = std::atoi(split) != 0;
-    if (const char* rotate = std::getenv("ORBBEC_NVJPEG_ROTATE")) rotate_ = std::atoi(rotate) != 0;
     if (hw_handle_) {
       // Twice the lanes one call uses, so that consecutive calls alternate (see decode()).
-      lanes_.resize(rotate_ ? 2 * max_lanes_ : max_lanes_);
+      lanes_.resize(2 * max_lanes_);
       for (auto& l : lanes_) create(l);
       engine_clock_ = std::make_unique<EngineClock>(max_lanes_);
     }
@@ -167,10 +166,7 @@ class Decoder {
     ORBBEC_CUDA(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking));
     ORBBEC_CUDA(cudaEventCreateWithFlags(&w.done, cudaEventDisableTiming));
     ORBBEC_NVJPEG(nvjpegJpegStreamCreate(hw_handle_ ? hw_handle_ : handle_, &w.header));
-    const char* backend = std::getenv("ORBBEC_NVJPEG_HYBRID_BACKEND");
-    const bool gpu_huffman = backend != nullptr && std::string(backend) == "gpu";
-    ORBBEC_NVJPEG(nvjpegDecoderCreate(handle_, gpu_huffman ? NVJPEG_BACKEND_GPU_HYBRID : NVJPEG_BACKEND_HYBRID,
-                                      &w.decoder));
+    ORBBEC_NVJPEG(nvjpegDecoderCreate(handle_, NVJPEG_BACKEND_HYBRID, &w.decoder));
     ORBBEC_NVJPEG(nvjpegDecoderStateCreate(handle_, w.decoder, &w.state));
     ORBBEC_NVJPEG(nvjpegBufferDeviceCreate(handle_, nullptr, &w.device_buffer));
     ORBBEC_NVJPEG(nvjpegStateAttachDeviceBuffer(w.state, w.device_buffer));
@@ -225,16 +221,16 @@ class Decoder {
   cudaStream_t alloc_stream_ = nullptr;
   std::mutex mutex_;  // one batch at a time per device
 
-  // Measured rates, in output pixels per second: the hardware engine's (from its events, read one
-  // call later so as never to wait for the GPU), and one hybrid thread's (from host time).
+  // Measured rates, in output pixels per second, for the split and decoder_stats: the hardware
+  // engine's (EngineClock, read calls later so as never to wait for the GPU), and one hybrid
+  // thread's (from host time).
   double hardware_rate_, hybrid_rate_per_thread_;
   int64_t hardware_images_ = 0, hybrid_images_ = 0;
   std::atomic<int64_t> hardware_failures_{0};
   int max_lanes_ = 2;
   size_t next_lane_ = 0;  // the lane the next call's first hardware batch takes
-  bool rotate_ = true;
   bool split_ = false;
-  std::unique_ptr<EngineClock> engine_clock_;
+  std::unique_ptr<EngineClock> engine_clock_;  // with the hardware engine only
 };
 
 void Decoder::plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out) {
@@ -480,7 +476,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   // submits (decode_hardware), so a call that took the other lane than the call before submits
   // while that call's batch is still in the engine, instead of leaving the engine idle for the
   // whole of nvjpegDecodeBatched's host work. At most one batch per lane is in flight, as before.
-  const size_t first_lane = rotate_ ? next_lane_ : 0;
+  const size_t first_lane = next_lane_;
   if (!chunks.empty()) next_lane_ = (next_lane_ + chunks.size()) % lanes_.size();
   const int clock_slot = chunks.empty() ? -1 : engine_clock_->begin_call(static_cast<int>(chunks.size()), hardware_pixels);
   pool_->run(chunks.size() + hybrid.size(), [&](int w, size_t job) {

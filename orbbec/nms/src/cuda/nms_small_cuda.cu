@@ -162,20 +162,10 @@ __global__ void __launch_bounds__(kSmallThreads) small_nms_kernel(
   if (lane == 0) *out_count = total;
 }
 
-}  // namespace
-
-bool small_nms_applies(const at::Tensor& boxes, const at::Tensor& scores) {
-  if (scores.scalar_type() != boxes.scalar_type()) return false;
-  const int64_t limit = boxes.scalar_type() == at::kDouble ? small_max<double>() : small_max<float>();
-  return boxes.size(0) <= limit;
-}
-
-namespace {
-
 // A pinned, device-mapped host slot for one call's kept count, taken from a pool and given back
 // when the call ends: the kernel writes the count straight into host memory, so reading it back
-// costs the stream synchronisation and neither a copy nor a pinned allocation per call (the
-// caching host allocator's bookkeeping was a visible share of a 100-box call's host time).
+// costs the stream synchronisation and neither a copy nor a pinned allocation (through the caching
+// host allocator) per call.
 class CountSlot {
  public:
   CountSlot() {
@@ -222,6 +212,12 @@ class CountSlot {
 };
 
 }  // namespace
+
+bool small_nms_applies(const at::Tensor& boxes, const at::Tensor& scores) {
+  if (scores.scalar_type() != boxes.scalar_type()) return false;
+  const int64_t limit = boxes.scalar_type() == at::kDouble ? small_max<double>() : small_max<float>();
+  return boxes.size(0) <= limit;
+}
 
 at::Tensor small_nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs,
                           double iou_threshold) {

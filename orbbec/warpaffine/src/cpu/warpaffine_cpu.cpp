@@ -95,9 +95,8 @@ std::vector<double> sampling_maps(const at::Tensor& M, bool invert) {
   const int64_t B = M.size(0);
   std::vector<double> maps(static_cast<size_t>(B) * 6);
   AT_DISPATCH_FLOATING_TYPES(M.scalar_type(), "warp_affine_maps", [&] {
-    for (int64_t b = 0; b < B; ++b) {
-      sampling_map(M.data_ptr<scalar_t>(), b, M.stride(0), M.stride(1), M.stride(2), invert, maps.data() + b * 6);
-    }
+    const scalar_t* m = M.data_ptr<scalar_t>();
+    for (int64_t b = 0; b < B; ++b) sampling_map(m, b, M.stride(0), M.stride(1), M.stride(2), invert, maps.data() + b * 6);
   });
   return maps;
 }
