@@ -271,7 +271,7 @@ def test_worker_batches_arrive_intact_through_reused_slots():
     reader = torch.utils.data.DataLoader(_loader._Batches(cfg), batch_size=None, sampler=keys, num_workers=2,
                                          collate_fn=_loader._identity, prefetch_factor=1)
     received, fresh = 0, 0
-    for indices, batch in zip(batches, reader):
+    for indices, batch in zip(batches, _loader.start_workers(reader)):
         fresh += batch.packed is not None
         batch.unpack(slots)
         want = prepare(ds, indices, transform=_transform(), seed=7, epoch=0, box_min_visible=0.0, flip_pairs=None,

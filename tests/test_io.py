@@ -182,6 +182,27 @@ def test_gpu_both_paths_are_used_and_agree():
 
 
 @requires_nvjpeg
+def test_gpu_same_batch_same_bits_when_shared_between_paths():
+    # Batches of large images leave a share to the hybrid path; which images take it depends on the
+    # batch alone, so decoding the same batch gives the same bits every time, whatever ran between.
+    distinct = [encode(photo(i, (720, 1440))) for i in range(8)]
+    files = [distinct[(i * 5) % 8] for i in range(48)]
+    small = [encode(photo(i, (120, 160))) for i in range(40)]
+    before = oio.decoder_stats()
+    first = decode_jpeg(files)
+    decode_jpeg(small)
+    decode_jpeg(files[:7])
+    again = decode_jpeg(files)
+    after = oio.decoder_stats()
+    for i, (a, b) in enumerate(zip(first, again)):
+        assert torch.equal(a, b), i
+        assert _close(a, cv2_decode(files[i]))
+    if after["hardware_available"]:
+        assert after["hybrid_images"] - before["hybrid_images"] >= 2, (before, after)
+        assert after["hardware_images"] - before["hardware_images"] >= 2 * 48 - 2 * 13, (before, after)
+
+
+@requires_nvjpeg
 @pytest.mark.parametrize("orientation", [3, 6, 8])
 def test_gpu_exif_orientation(orientation):
     jpeg = with_exif_orientation(encode(photo(2, (64, 96))), orientation)

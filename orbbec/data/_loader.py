@@ -3,6 +3,7 @@ and augments each batch on the GPU on a side stream, `prefetch` batches ahead of
 the consumer's stream waits on an event, so nothing synchronises the host in the steady state."""
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 import time
@@ -174,7 +175,7 @@ class GPULoader:
         self._resume, self.batches_served = False, skip
         batches = _order.batches_of(self._indices(), self.batch_size, self.drop_last, skip=skip)
         self._keys.keys = [(self.epoch, self.seed, b) for b in batches]
-        it = _CudaEpoch(self, self._reader) if self.device.type == "cuda" else iter(self._reader)
+        it = _CudaEpoch(self, self._reader) if self.device.type == "cuda" else start_workers(self._reader)
         return _Epoch(self, it)
 
     def _output(self, batch: HostBatch):
@@ -187,6 +188,18 @@ class GPULoader:
             out = (batch.images, *batch.targets)
             return out + (batch.params,) if self.return_params else out
         return (batch.images, batch.params) if self.return_params else batch.images
+
+
+def start_workers(reader):
+    """iter(reader), its workers forked (the first time) with the garbage collector frozen, so that a
+    worker never collects what it inherits: a reference cycle holding a CUDA tensor that had been
+    used on another stream, collected in a worker, makes CUDA calls there, and CUDA aborts the
+    forked process (seen in the CUDA tests)."""
+    gc.freeze()
+    try:
+        return iter(reader)
+    finally:
+        gc.unfreeze()
 
 
 def assemble(cfg: _Config, batch: HostBatch) -> None:
@@ -328,7 +341,7 @@ class _CudaEpoch:
 
     def _receive(self):
         try:
-            for batch in self.reader:
+            for batch in start_workers(self.reader):
                 batch.unpack(self.loader._cfg.slots)
                 if not self._put(batch, self.received):
                     return

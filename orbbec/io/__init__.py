@@ -4,9 +4,10 @@
     images = decode_jpeg(list_of_bytes, device="cuda")      # list of uint8 [H, W, 3] RGB tensors
     crops = warp_affine(images, M, (224, 224))              # straight into orbbec.warpaffine
 
-On the GPU each batch is divided between the hardware JPEG engine (A100, H100, ...) and nvJPEG's
-hybrid backend (Huffman decoding on CPU threads, the rest on the GPU) by the rates both were measured
-at on earlier batches, so that they finish together. Files the hardware engine does not take
+On the GPU the hardware JPEG engine (A100, H100, ...) decodes what it takes; a batch of large images
+leaves up to one image per host thread to nvJPEG's hybrid backend (Huffman decoding on CPU threads, the
+rest on the GPU), decided by the batch alone so that the same batch always decodes to the same bits.
+Files the hardware engine does not take
 (progressive, unusual sampling, CMYK) go to the hybrid path, and files nvJPEG cannot decode at all to
 OpenCV on the CPU, automatically. See docs/io.md.
 """

@@ -211,6 +211,8 @@ class Decoder {
   void decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch, const std::vector<size_t>& chunk,
                        const std::vector<EncodedImage>& images, JpegMode mode, std::vector<DecodedImage>& out);
   void begin(Worker& w) { w.used = true; }
+  void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, std::vector<size_t>& hardware,
+                          std::vector<size_t>& hybrid, int64_t& hardware_pixels, int64_t& hybrid_pixels) const;
 
   int device_;
   nvjpegHandle_t handle_ = nullptr, hw_handle_ = nullptr;
@@ -227,7 +229,7 @@ class Decoder {
   double hardware_rate_, hybrid_rate_per_thread_;
   int64_t hardware_images_ = 0, hybrid_images_ = 0;
   std::atomic<int64_t> hardware_failures_{0};
-  int max_lanes_ = 2;
+  int max_lanes_ = 3;
   size_t next_lane_ = 0;  // the lane the next call's first hardware batch takes
   bool split_ = false;
   std::unique_ptr<EngineClock> engine_clock_;  // with the hardware engine only
@@ -390,6 +392,55 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch
   for (size_t i : chunk) decode_hybrid(w, images[i], mode, out[i]);
 }
 
+// The engine's time grows with the pixels of a batch; a hybrid thread decodes one whole image at a
+// time. Moving up to one round of large images (one per idle hybrid thread) off the end of the
+// engine's list shortens a batch of 1080p images while the engine still has more to do than that
+// round (64 images: 6,108 -> 7,135 img/s on the H100, docs/dev/decode.md). The share is decided by
+// the batch alone (its images' sizes and order) and the thread count, with fixed model rates, never
+// by timing: the two paths' pixels differ slightly, and the same batch must always decode to the
+// same bits. Images under a megapixel stay on the engine: with them a share was slower on the H100
+// (the engine's submission and the hybrid threads then compete for the host's cores).
+void Decoder::share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, std::vector<size_t>& hardware,
+                                 std::vector<size_t>& hybrid, int64_t& hardware_pixels, int64_t& hybrid_pixels) const {
+  // Model rates fitted to the H100's engine alone and its hybrid threads alone, on 1080p and 500 x 375.
+  auto engine_s = [](int64_t px) { return 19e-6 + static_cast<double>(px) / 14e9; };
+  auto thread_s = [](int64_t px) { return 0.37e-3 + static_cast<double>(px) / 0.38e9; };
+  constexpr int64_t kLargeImage = 1'000'000;
+  // One round less a thread: the call's own Python thread and the engine's submission need cores too
+  // (a full round of 13 on 16 cores was slower than 12 on the H100).
+  const size_t round_size = static_cast<size_t>(std::max(1, hybrid_threads - 1));
+  size_t room = hybrid.size() < round_size ? round_size - hybrid.size() : 0;
+  if (const char* cap = std::getenv("ORBBEC_NVJPEG_SHARE_CAP")) room = std::min<size_t>(room, std::atoi(cap));
+  if (room == 0 || hardware.size() < 2) return;
+  double engine = 0, round = 0;
+  for (size_t i : hardware) engine += engine_s(plans[i].pixels);
+  for (size_t i : hybrid) round = std::max(round, thread_s(plans[i].pixels));
+  std::vector<bool> moved(hardware.size(), false);
+  size_t kept = hardware.size();
+  for (size_t k = hardware.size(); k-- > 0 && room > 0 && kept > 1;) {
+    const int64_t px = plans[hardware[k]].pixels;
+    if (px < kLargeImage) continue;
+    const double next_engine = engine - engine_s(px), next_round = std::max(round, thread_s(px));
+    if (std::max(next_engine, next_round) >= std::max(engine, round)) break;
+    engine = next_engine;
+    round = next_round;
+    moved[k] = true;
+    --room;
+    --kept;
+  }
+  std::vector<size_t> stay;
+  for (size_t k = 0; k < hardware.size(); ++k) {
+    if (!moved[k]) {
+      stay.push_back(hardware[k]);
+      continue;
+    }
+    hybrid.push_back(hardware[k]);
+    hybrid_pixels += plans[hardware[k]].pixels;
+    hardware_pixels -= plans[hardware[k]].pixels;
+  }
+  hardware.swap(stay);
+}
+
 std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path) {
   std::lock_guard<std::mutex> lock(mutex_);
   c10::cuda::CUDAGuard guard(device_);
@@ -465,6 +516,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
       hardware_pixels -= px;
     }
   }
+  if (only_path == -1 && !split_) share_large_images(plans, hybrid_threads, hardware, hybrid, hardware_pixels, hybrid_pixels);
   lanes = hardware.empty() ? 0 : std::min<int>(lanes, hardware.size());
   std::vector<std::vector<size_t>> chunks(lanes);
   for (size_t k = 0; k < hardware.size(); ++k) chunks[k * lanes / hardware.size()].push_back(hardware[k]);

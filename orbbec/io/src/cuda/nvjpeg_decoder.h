@@ -37,7 +37,8 @@ struct DecodedImage {
 // Decodes on `device` (an index); blocks until every image's host-side work has been submitted (and
 // the hardware engine has finished the previous call's batches, see decode_hardware).
 // `only_path` 0 or 1 sends every image to that path (tests); -1: the hardware engine takes what it
-// can (and, with ORBBEC_NVJPEG_SPLIT=1, the batch is divided by the rates).
+// can, less a share of large images decided by the batch alone (with ORBBEC_NVJPEG_SPLIT=1 instead:
+// the batch is divided by the measured rates).
 std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
                                            int only_path = -1);
 
