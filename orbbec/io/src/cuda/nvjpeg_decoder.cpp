@@ -410,7 +410,6 @@ void Decoder::share_large_images(const std::vector<ImagePlan>& plans, int hybrid
   // (a full round of 13 on 16 cores was slower than 12 on the H100).
   const size_t round_size = static_cast<size_t>(std::max(1, hybrid_threads - 1));
   size_t room = hybrid.size() < round_size ? round_size - hybrid.size() : 0;
-  if (const char* cap = std::getenv("ORBBEC_NVJPEG_SHARE_CAP")) room = std::min<size_t>(room, std::atoi(cap));
   if (room == 0 || hardware.size() < 2) return;
   double engine = 0, round = 0;
   for (size_t i : hardware) engine += engine_s(plans[i].pixels);

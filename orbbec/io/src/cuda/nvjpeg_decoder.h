@@ -1,8 +1,9 @@
 // Batched JPEG decoding on one GPU with nvJPEG, driving two engines at once:
 //  - the hardware JPEG decoder (NVJPEG_BACKEND_HARDWARE, batched), for baseline JPEGs it supports;
 //  - the hybrid backend (Huffman decoding on CPU threads, IDCT and colour conversion on the GPU),
-//    for everything else (and, with ORBBEC_NVJPEG_SPLIT=1, for the share of the batch that the
-//    hardware would finish last, by the two paths' rates measured on earlier batches).
+//    for everything else, and for a share of a batch of large images fixed by the batch itself
+//    (with ORBBEC_NVJPEG_SPLIT=1 instead: the share the hardware would finish last, by the two
+//    paths' rates measured on earlier batches).
 // Output tensors come from PyTorch's caching allocator, from memory that no queued
 // kernel still uses, and the current stream waits for the decoder's streams before the call
 // returns, so the results are ordered on the current stream like any other op's.
