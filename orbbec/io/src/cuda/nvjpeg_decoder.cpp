@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 #include <nvjpeg.h>
 
+#include "io/src/cuda/batch_split.h"
 #include "io/src/cuda/engine_clock.h"
 #include "io/src/cuda/worker_pool.h"
 #include "io/src/jpeg_buffer.h"
@@ -63,14 +64,6 @@ nvjpegOutputFormat_t output_format(JpegMode mode) {
 }
 
 int channels(JpegMode mode) { return mode == JpegMode::GRAY ? 1 : 3; }
-
-// What the header says about one image, and where it goes.
-struct ImagePlan {
-  bool ok = false;
-  bool hardware = false;  // the hardware engine accepts it
-  int64_t height = 0, width = 0;
-  int64_t pixels = 0;  // of the output
-};
 
 // One thread's nvJPEG objects: a hybrid decoder state with two pinned buffers, so that the Huffman
 // decoding of the next image overlaps the copy of the previous one. Its work goes to its own stream.
@@ -211,8 +204,6 @@ class Decoder {
   void decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch, const std::vector<size_t>& chunk,
                        const std::vector<EncodedImage>& images, JpegMode mode, std::vector<DecodedImage>& out);
   void begin(Worker& w) { w.used = true; }
-  void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, std::vector<size_t>& hardware,
-                          std::vector<size_t>& hybrid, int64_t& hardware_pixels, int64_t& hybrid_pixels) const;
 
   int device_;
   nvjpegHandle_t handle_ = nullptr, hw_handle_ = nullptr;
@@ -392,54 +383,6 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch
   for (size_t i : chunk) decode_hybrid(w, images[i], mode, out[i]);
 }
 
-// The engine's time grows with the pixels of a batch; a hybrid thread decodes one whole image at a
-// time. Moving up to one round of large images (one per idle hybrid thread) off the end of the
-// engine's list shortens a batch of 1080p images while the engine still has more to do than that
-// round (64 images: 6,108 -> 7,135 img/s on the H100, docs/dev/decode.md). The share is decided by
-// the batch alone (its images' sizes and order) and the thread count, with fixed model rates, never
-// by timing: the two paths' pixels differ slightly, and the same batch must always decode to the
-// same bits. Images under a megapixel stay on the engine: with them a share was slower on the H100
-// (the engine's submission and the hybrid threads then compete for the host's cores).
-void Decoder::share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, std::vector<size_t>& hardware,
-                                 std::vector<size_t>& hybrid, int64_t& hardware_pixels, int64_t& hybrid_pixels) const {
-  // Model rates fitted to the H100's engine alone and its hybrid threads alone, on 1080p and 500 x 375.
-  auto engine_s = [](int64_t px) { return 19e-6 + static_cast<double>(px) / 14e9; };
-  auto thread_s = [](int64_t px) { return 0.37e-3 + static_cast<double>(px) / 0.38e9; };
-  constexpr int64_t kLargeImage = 1'000'000;
-  // One round less a thread: the call's own Python thread and the engine's submission need cores too
-  // (a full round of 13 on 16 cores was slower than 12 on the H100).
-  const size_t round_size = static_cast<size_t>(std::max(1, hybrid_threads - 1));
-  size_t room = hybrid.size() < round_size ? round_size - hybrid.size() : 0;
-  if (room == 0 || hardware.size() < 2) return;
-  double engine = 0, round = 0;
-  for (size_t i : hardware) engine += engine_s(plans[i].pixels);
-  for (size_t i : hybrid) round = std::max(round, thread_s(plans[i].pixels));
-  std::vector<bool> moved(hardware.size(), false);
-  size_t kept = hardware.size();
-  for (size_t k = hardware.size(); k-- > 0 && room > 0 && kept > 1;) {
-    const int64_t px = plans[hardware[k]].pixels;
-    if (px < kLargeImage) continue;
-    const double next_engine = engine - engine_s(px), next_round = std::max(round, thread_s(px));
-    if (std::max(next_engine, next_round) >= std::max(engine, round)) break;
-    engine = next_engine;
-    round = next_round;
-    moved[k] = true;
-    --room;
-    --kept;
-  }
-  std::vector<size_t> stay;
-  for (size_t k = 0; k < hardware.size(); ++k) {
-    if (!moved[k]) {
-      stay.push_back(hardware[k]);
-      continue;
-    }
-    hybrid.push_back(hardware[k]);
-    hybrid_pixels += plans[hardware[k]].pixels;
-    hardware_pixels -= plans[hardware[k]].pixels;
-  }
-  hardware.swap(stay);
-}
-
 std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path) {
   std::lock_guard<std::mutex> lock(mutex_);
   c10::cuda::CUDAGuard guard(device_);
@@ -462,60 +405,27 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   // current stream at all.
   const auto current = c10::cuda::getCurrentCUDAStream(device_);
   const auto options = at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_);
-  std::vector<size_t> hardware, hybrid;
-  int64_t hardware_pixels = 0, hybrid_pixels = 0;
+  PathLists paths;
   {
     c10::cuda::CUDAStreamGuard on_alloc(c10::cuda::getStreamFromExternal(alloc_stream_, device_));
     for (size_t i = 0; i < n; ++i) {
       if (!plans[i].ok) continue;
       out[i].image = at::empty({plans[i].height, plans[i].width, channels(mode)}, options);
       c10::cuda::CUDACachingAllocator::recordStream(out[i].image.storage().data_ptr(), current);
-      (plans[i].hardware ? hardware : hybrid).push_back(i);
-      (plans[i].hardware ? hardware_pixels : hybrid_pixels) += plans[i].pixels;
+      paths.add(plans, i);
     }
   }
-
-  // Lanes: hardware batches in flight at once. Small images are limited by the host's submission
-  // of each batch, so they gain from several lanes; 1080p images lost 8% with two (H100).
-  const int threads = pool_->size();
-  const double mean_pixels = hardware.empty() ? 0.0 : static_cast<double>(hardware_pixels) / hardware.size();
-  int lanes = hardware.empty() ? 0
-                               : std::clamp(static_cast<int>(1e6 / std::max(1.0, mean_pixels)), 1,
-                                            std::min<int>(max_lanes_, std::max<int>(1, hardware.size() / 8)));
+  int lanes = hardware_lanes(paths, max_lanes_);
+  const int hybrid_threads = std::max(1, pool_->size() - lanes);
   if (only_path == 1) {
-    hybrid.insert(hybrid.end(), hardware.begin(), hardware.end());
-    hybrid_pixels += hardware_pixels;
-    hardware.clear();
-    hardware_pixels = 0;
+    paths.all_to_hybrid();
+  } else if (only_path == -1 && split_) {
+    split_by_rates(plans, hybrid_threads, hardware_rate_, hybrid_rate_per_thread_, paths);
+  } else if (only_path == -1) {
+    share_large_images(plans, hybrid_threads, paths);
   }
-  // Split: images move from the hardware engine's list to the hybrid path in whole rounds of the
-  // hybrid threads (a thread decodes one whole image at a time, so a partial round costs as much as
-  // a full one), while that shortens the batch's predicted time: the longer of the two paths'.
-  // Rates: the engine's from its events (EngineClock), a hybrid thread's from its host time.
-  const int hybrid_threads = std::max(1, threads - lanes);
-  auto hybrid_time = [&](size_t count, int64_t pixels) {
-    if (count == 0) return 0.0;
-    const double rounds = static_cast<double>((count + hybrid_threads - 1) / hybrid_threads);
-    return rounds * (static_cast<double>(pixels) / count) / hybrid_rate_per_thread_;
-  };
-  if (only_path == -1 && split_) {
-    double best = std::max(hybrid_time(hybrid.size(), hybrid_pixels), hardware_pixels / hardware_rate_);
-    while (hardware.size() > 1) {
-      const size_t round_end = (hybrid.size() / hybrid_threads + 1) * hybrid_threads;
-      const size_t take = std::min(round_end - hybrid.size(), hardware.size() - 1);
-      int64_t px = 0;
-      for (size_t k = hardware.size() - take; k < hardware.size(); ++k) px += plans[hardware[k]].pixels;
-      const double t = std::max(hybrid_time(hybrid.size() + take, hybrid_pixels + px),
-                                (hardware_pixels - px) / hardware_rate_);
-      if (t >= best) break;
-      best = t;
-      hybrid.insert(hybrid.end(), hardware.end() - take, hardware.end());
-      hardware.resize(hardware.size() - take);
-      hybrid_pixels += px;
-      hardware_pixels -= px;
-    }
-  }
-  if (only_path == -1 && !split_) share_large_images(plans, hybrid_threads, hardware, hybrid, hardware_pixels, hybrid_pixels);
+  std::vector<size_t>& hardware = paths.hardware;
+  std::vector<size_t>& hybrid = paths.hybrid;
   lanes = hardware.empty() ? 0 : std::min<int>(lanes, hardware.size());
   std::vector<std::vector<size_t>> chunks(lanes);
   for (size_t k = 0; k < hardware.size(); ++k) chunks[k * lanes / hardware.size()].push_back(hardware[k]);
@@ -529,7 +439,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   // whole of nvjpegDecodeBatched's host work. At most one batch per lane is in flight, as before.
   const size_t first_lane = next_lane_;
   if (!chunks.empty()) next_lane_ = (next_lane_ + chunks.size()) % lanes_.size();
-  const int clock_slot = chunks.empty() ? -1 : engine_clock_->begin_call(static_cast<int>(chunks.size()), hardware_pixels);
+  const int clock_slot = chunks.empty() ? -1 : engine_clock_->begin_call(static_cast<int>(chunks.size()), paths.hardware_pixels);
   pool_->run(chunks.size() + hybrid.size(), [&](int w, size_t job) {
     try {
       if (job < chunks.size()) {
@@ -552,8 +462,8 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
     cudaStreamWaitEvent(current.stream(), w.done, 0);
     w.used = false;
   }
-  if (hybrid_seconds > 0 && hybrid_pixels > 0) {
-    hybrid_rate_per_thread_ = 0.7 * hybrid_rate_per_thread_ + 0.3 * (hybrid_pixels / hybrid_seconds);
+  if (hybrid_seconds > 0 && paths.hybrid_pixels > 0) {
+    hybrid_rate_per_thread_ = 0.7 * hybrid_rate_per_thread_ + 0.3 * (paths.hybrid_pixels / hybrid_seconds);
   }
   for (size_t i = 0; i < n; ++i) {
     if (!out[i].error.empty()) {

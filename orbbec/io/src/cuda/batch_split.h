@@ -1,0 +1,41 @@
+// How one batch is divided between the hardware JPEG engine and the hybrid path: arithmetic on the
+// images' sizes only (no nvJPEG, no CUDA), so that these rules are read and changed in one place.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace orbbec {
+namespace io {
+
+// What the header says about one image, and where it may go.
+struct ImagePlan {
+  bool ok = false;
+  bool hardware = false;  // the hardware engine accepts it
+  int64_t height = 0, width = 0;
+  int64_t pixels = 0;  // of the output
+};
+
+// The batch's images by path (indices into the batch, in batch order) and their output pixels.
+struct PathLists {
+  std::vector<size_t> hardware, hybrid;
+  int64_t hardware_pixels = 0, hybrid_pixels = 0;
+
+  void add(const std::vector<ImagePlan>& plans, size_t i);
+  void all_to_hybrid();
+};
+
+// Hardware batches in flight at once for the engine's list (0 when it is empty).
+int hardware_lanes(const PathLists& paths, int max_lanes);
+
+// The default: up to one round of large images leaves the end of the engine's list, decided by the
+// batch alone (see the definition).
+void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, PathLists& paths);
+
+// Opt-in (ORBBEC_NVJPEG_SPLIT=1): whole rounds of the hybrid threads move while the measured rates
+// (pixels per second) predict a shorter batch.
+void split_by_rates(const std::vector<ImagePlan>& plans, int hybrid_threads, double hardware_rate,
+                    double hybrid_rate_per_thread, PathLists& paths);
+
+}  // namespace io
+}  // namespace orbbec
