@@ -1,6 +1,8 @@
 """orbbec.io.decode_jpeg: the CPU path against cv2.imdecode (identical), the GPU path against cv2
 within the decoders' IDCT and upsampling differences, bad input, sizes, memory and streams."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -200,6 +202,38 @@ def test_gpu_same_batch_same_bits_when_shared_between_paths():
     if after["hardware_available"]:
         assert after["hybrid_images"] - before["hybrid_images"] >= 2, (before, after)
         assert after["hardware_images"] - before["hardware_images"] >= 2 * 48 - 2 * 13, (before, after)
+
+
+_SHARE_PROBE = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from jpeg_files import encode, photo
+import orbbec.io as oio
+files = [encode(photo(i, (720, 1440))) for i in range(4)] * 12
+for _ in range(2):
+    out = oio.decode_jpeg(files)
+torch.cuda.synchronize()
+s = oio.decoder_stats()
+print(s["hybrid_images"], s["hardware_images"], s["hardware_available"])
+"""
+
+
+@requires_nvjpeg
+@pytest.mark.parametrize("share", ["0", "1"])
+def test_gpu_share_setting(share):
+    # ORBBEC_NVJPEG_SHARE=0 keeps every image the engine takes on the engine; the default shares
+    # large batches. The setting is read when a process's decoder is made: a fresh process each.
+    env = dict(os.environ, ORBBEC_NVJPEG_SHARE=share)
+    run = subprocess.run([sys.executable, "-c", _SHARE_PROBE, os.path.dirname(os.path.abspath(__file__))],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    hybrid, hardware, available = run.stdout.split()[-3:]
+    if available != "True":
+        pytest.skip("no hardware JPEG engine on this GPU: everything takes the hybrid path")
+    if share == "0":
+        assert (int(hybrid), int(hardware)) == (0, 96)
+    else:
+        assert int(hybrid) > 0 and int(hybrid) + int(hardware) == 96
 
 
 @requires_nvjpeg

@@ -132,6 +132,10 @@ class Decoder {
     // depends on timing, and the two paths' pixels differ slightly, so the same batch would not
     // always decode to the same bits; and on small images it was slower (docs/dev/decode.md).
     if (const char* split = std::getenv("ORBBEC_NVJPEG_SPLIT")) split_ = std::atoi(split) != 0;
+    // ORBBEC_NVJPEG_SHARE=0 keeps every image the engine takes on the engine: the share of large
+    // batches (share_large_images) assumes host cores as fast as the H100 machine's, and on a slower
+    // or busier host it cost up to 10% (docs/dev/decode.md).
+    if (const char* share = std::getenv("ORBBEC_NVJPEG_SHARE")) share_ = std::atoi(share) != 0;
     if (hw_handle_) {
       // Twice the lanes one call uses, so that consecutive calls alternate (see decode()).
       lanes_.resize(2 * max_lanes_);
@@ -223,6 +227,7 @@ class Decoder {
   int max_lanes_ = 3;
   size_t next_lane_ = 0;  // the lane the next call's first hardware batch takes
   bool split_ = false;
+  bool share_ = true;
   std::unique_ptr<EngineClock> engine_clock_;  // with the hardware engine only
 };
 
@@ -421,7 +426,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
     paths.all_to_hybrid();
   } else if (only_path == -1 && split_) {
     split_by_rates(plans, hybrid_threads, hardware_rate_, hybrid_rate_per_thread_, paths);
-  } else if (only_path == -1) {
+  } else if (only_path == -1 && share_) {
     share_large_images(plans, hybrid_threads, paths);
   }
   std::vector<size_t>& hardware = paths.hardware;
