@@ -192,9 +192,9 @@ class GPULoader:
 
 def start_workers(reader):
     """iter(reader), its workers forked (the first time) with the garbage collector frozen, so that a
-    worker never collects what it inherits: a reference cycle holding a CUDA tensor that had been
-    used on another stream, collected in a worker, makes CUDA calls there, and CUDA aborts the
-    forked process (seen in the CUDA tests)."""
+    worker never collects what it inherits: a reference cycle holding a CUDA tensor, collected in a
+    worker, freed it there, and CUDA aborted the forked process (seen in the CUDA tests; likely a
+    block used on another stream, whose free records CUDA events)."""
     gc.freeze()
     try:
         return iter(reader)

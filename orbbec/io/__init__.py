@@ -7,9 +7,8 @@
 On the GPU the hardware JPEG engine (A100, H100, ...) decodes what it takes; a batch of large images
 leaves up to one image per host thread to nvJPEG's hybrid backend (Huffman decoding on CPU threads, the
 rest on the GPU), decided by the batch alone so that the same batch always decodes to the same bits.
-Files the hardware engine does not take
-(progressive, unusual sampling, CMYK) go to the hybrid path, and files nvJPEG cannot decode at all to
-OpenCV on the CPU, automatically. See docs/io.md.
+Files the hardware engine does not take (progressive, unusual sampling, CMYK) go to the hybrid path,
+and files nvJPEG cannot decode at all to OpenCV on the CPU, automatically. See docs/io.md.
 """
 from __future__ import annotations
 

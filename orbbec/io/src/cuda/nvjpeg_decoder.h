@@ -36,7 +36,8 @@ struct DecodedImage {
 };
 
 // Decodes on `device` (an index); blocks until every image's host-side work has been submitted (and
-// the hardware engine has finished the previous call's batches, see decode_hardware).
+// the hardware engine has finished the earlier batches on the nvJPEG states this call reuses: those
+// of the call before last when calls alternate, see decode_hardware).
 // `only_path` 0 or 1 sends every image to that path (tests); -1: the hardware engine takes what it
 // can, less a share of large images decided by the batch alone (with ORBBEC_NVJPEG_SPLIT=1 instead:
 // the batch is divided by the measured rates).
