@@ -365,7 +365,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--workloads", default="cls-1080p,cls-500x375,face,det")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
-    ap.add_argument("--workers", type=int, default=4, help="orbbec's DataLoader workers (reading bytes)")
+    ap.add_argument("--workers", type=int, default=6, help="orbbec's DataLoader workers (reading bytes)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per pipeline before it counts as timed out")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)

@@ -21,7 +21,7 @@ from ._color import ColorJitter, RandomGrayscale, apply_photometric, is_photomet
 from ._faces import AlignFaces
 from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
                         Resize)
-from ._random import sample_rng
+from ._random import SampleRngs, sample_rng
 from ._targets import transform_boxes, transform_keypoints, transform_landmarks
 from ..common import ArgumentError
 
@@ -93,18 +93,23 @@ class Compose:
         # Transforms that fit something to the targets (AlignFaces) do it for the whole batch at once.
         fits = {id(t): t.fit_batch(targets if targets is not None else [None] * len(sizes))
                 for t in self.geometric if hasattr(t, "fit_batch")}
+        rngs = SampleRngs(seed, epoch)
+        names = [type(t).__name__ + "." for t in self.geometric]
         for k, ((h, w), index) in enumerate(zip(sizes, indices)):
-            rng = sample_rng(seed, epoch, index)
-            m, size, info = np.eye(3), (int(h), int(w)), {}
-            for t in self.geometric:
+            rng = rngs.for_index(index)
+            m, size, info = None, (int(h), int(w)), {}
+            for t, name in zip(self.geometric, names):
                 if id(t) in fits:
                     step, size, p = t(rng, size, None if targets is None else targets[k], fits[id(t)][k])
                 elif getattr(t, "needs_target", False):
                     step, size, p = t(rng, size, None if targets is None else targets[k])
                 else:
                     step, size, p = t(rng, size)
-                m = step @ m
-                info.update({f"{type(t).__name__}.{key}": v for key, v in p.items()})
+                m = step if m is None else step @ m
+                for key, v in p.items():
+                    info[name + key] = v
+            if m is None:
+                m = np.eye(3)
             for t in self.photometric:
                 info[type(t).__name__] = t.draw(rng)
             if out is not None and size != out:

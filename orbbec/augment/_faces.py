@@ -22,23 +22,28 @@ class AlignFaces:
         self.template = arcface_template(self.size, dtype=torch.float64).numpy()
 
     def _landmarks(self, target):
-        """The sample's landmarks as [5, 2] float64, or None when they cannot be aligned."""
+        """The sample's landmarks as [5, 2] float64, or None when they are missing or not 5 points."""
         lm = None if target is None else target.get(self.key)
         pts = None if lm is None else np.asarray(lm, dtype=np.float64).reshape(-1, 2)
-        if pts is None or pts.shape != (5, 2) or not np.isfinite(pts).all() or np.ptp(pts, axis=0).max() < 1e-6:
-            return None
-        return pts
+        return pts if pts is not None and pts.shape == (5, 2) else None
 
     def fit_batch(self, targets):
-        """Every sample's similarity matrix in one batched estimate (per sample, the estimate cost a
-        DataLoader worker more than the rest of its batch); None where the landmarks are unusable.
-        Bit-identical to estimating each alone."""
+        """Every sample's similarity matrix ([3, 3]) in one batched estimate (per sample, the estimate
+        and the checks cost a DataLoader worker more than the rest of its batch); None where the
+        landmarks are unusable (not finite, or all coinciding). Bit-identical to estimating each alone."""
         pts = [self._landmarks(t) for t in targets]
-        ok = [k for k, p in enumerate(pts) if p is not None]
         fits = [None] * len(pts)
+        have = [k for k, p in enumerate(pts) if p is not None]
+        if not have:
+            return fits
+        stack = np.stack([pts[k] for k in have])
+        with np.errstate(invalid="ignore"):
+            usable = np.isfinite(stack).all(axis=(1, 2)) & (np.ptp(stack, axis=1).max(axis=1) >= 1e-6)
+        ok = [k for k, u in zip(have, usable) if u]
         if ok:
-            m = estimate_similarity(torch.from_numpy(np.stack([pts[k] for k in ok])),
-                                    torch.from_numpy(self.template)).numpy()
+            m = np.zeros((len(ok), 3, 3))
+            m[:, :2] = estimate_similarity(torch.from_numpy(stack[usable]), torch.from_numpy(self.template)).numpy()
+            m[:, 2, 2] = 1.0
             for j, k in enumerate(ok):
                 fits[k] = m[j]
         return fits
@@ -50,4 +55,4 @@ class AlignFaces:
             fit = self.fit_batch([target])[0]
         if fit is None:
             return scale_region(0, 0, size[1], size[0], out), out, {"valid": False}
-        return np.vstack([fit, [0.0, 0.0, 1.0]]), out, {"valid": True}
+        return fit, out, {"valid": True}

@@ -257,7 +257,7 @@ def augment_batch(cfg: _Config, batch: HostBatch) -> None:
 
 
 class _Timing:
-    NAMES = ("workers", "decode", "decode_native", "decode_gil", "augment", "consumer")
+    NAMES = ("workers", "decode", "decode_native", "decode_gil", "augment_wait", "augment", "consumer")
 
     def __init__(self):
         self.batches, self.totals = 0, dict.fromkeys(self.NAMES, 0.0)
@@ -381,11 +381,12 @@ class _CudaEpoch:
                             event.record(self.stream)
                             ld._cfg.slots.release_after(*batch.slot, event)
                     x = batch.extra
-                    ld._timing.add(workers=t1 - t, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
-                                   decode_gil=x.get("call_s", 0.0) - x.get("native_s", 0.0))
+                    t2 = time.perf_counter()
                     if not self._put(batch, self.decoded):
                         return
-                    t = time.perf_counter()
+                    t, waited = time.perf_counter(), t1 - t
+                    ld._timing.add(workers=waited, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
+                                   decode_gil=x.get("call_s", 0.0) - x.get("native_s", 0.0), augment_wait=t - t2)
             self._put(_DONE, self.decoded)
         except BaseException as e:  # handed on, raised in the consumer
             self._put(e, self.decoded)
