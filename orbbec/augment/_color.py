@@ -82,7 +82,10 @@ def adjust_brightness(x, f):
 
 
 def adjust_contrast(x, f):
-    mean = grayscale(x).mean(dim=(1, 2, 3), keepdim=True)
+    # Each sample's mean summed in float64: a CUDA reduction's order depends on the batch's size, and
+    # in float32 a sample's mean differed by one unit in the last place between a batch of 6 and the
+    # same batch less a skipped sample (H100); rounded from float64 the orders agree.
+    mean = grayscale(x).to(torch.float64).mean(dim=(1, 2, 3), keepdim=True).to(x.dtype)
     return (x * f + mean * (1 - f)).clamp_(0, 1)
 
 

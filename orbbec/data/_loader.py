@@ -229,8 +229,11 @@ def decode_batch(cfg: _Config, batch: HostBatch) -> None:
         raise JpegDecodeError(f"GPULoader: sample {batch.indices[i]} (position {i} of its batch): "
                               f"{batch.errors[i] or 'could not be decoded'}", batch.indices[i])
     batch.extra["rows"], batch.extra["bad"] = rows, [batch.indices[i] for i in bad]
-    batch.extra["images"] = [images[i].to(cfg.device, non_blocking=True) if images[i].device != cfg.device
-                             else images[i] for i in rows]
+    # decode_jpeg's images are on cfg.device already; only images the dataset gave decoded may move.
+    for i, given in enumerate(batch.decoded):
+        if given is not None and images[i] is not None and images[i].device != cfg.device:
+            images[i] = images[i].to(cfg.device, non_blocking=True)
+    batch.extra["images"] = [images[i] for i in rows]
     batch.extra["decode_s"] = time.perf_counter() - t0
     if pos and cfg.device.type == "cuda":
         batch.extra["native_s"] = getattr(io_last_call, "native_s", 0.0)
