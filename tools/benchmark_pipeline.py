@@ -369,6 +369,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=None, help="seconds per pipeline before it counts as timed out")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
+    ap.add_argument("--plot", default=None, help="bar chart of images/s per workload (PNG)")
+    ap.add_argument("--from-json", nargs="+", default=None,
+                    help="write --md/--plot from earlier runs' --json files (merged in order) instead of running")
     ap.add_argument("--run", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--workload", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
@@ -376,6 +379,16 @@ def main():
     args = ap.parse_args()
     if args.run:
         return run_one(args)
+    if args.from_json:
+        results = None
+        for path in args.from_json:
+            with open(path) as f:
+                r = json.load(f)
+            if results is None:
+                results = r
+            else:
+                results["workloads"].update(r["workloads"])
+        return write_outputs(results, args)
 
     import torch
 
@@ -416,8 +429,14 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    write_outputs(results, args)
+
+
+def write_outputs(results, args):
     if args.md:
         write_markdown(results, args.md)
+    if args.plot:
+        write_plot(results, args.plot)
 
 
 def write_markdown(r, path):
@@ -433,6 +452,27 @@ def write_markdown(r, path):
             lines.append(f"| {w} | {k} | {v['rate']:,.0f} | {ratio} | {v['cores']:.1f} | {v['gpu_mb']:,.0f} |")
     with open(path, "w") as f:
         f.write(f"{r['env']}; {r['seconds']} s per pipeline after a warm-up.\n\n" + "\n".join(lines) + "\n")
+
+
+def write_plot(r, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(r["workloads"])
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4.5))
+    for ax, w in zip(np.atleast_1d(axes), workloads):
+        items = [(k, v["rate"]) for k, v in r["workloads"][w].items() if "rate" in v]
+        ax.barh([k for k, _ in items][::-1], [v for _, v in items][::-1],
+                color=["tab:orange" if k.startswith("orbbec") else "tab:gray" for k, _ in items][::-1])
+        ax.set_title(w)
+        ax.set_xlabel("images/s")
+    for ax in np.atleast_1d(axes)[1:]:
+        ax.set_yticklabels([])
+    fig.suptitle("JPEG bytes to a normalised GPU batch, " + r["env"].split(",")[0])
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
 
 
 if __name__ == "__main__":
