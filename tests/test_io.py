@@ -177,6 +177,12 @@ def test_gpu_both_paths_are_used_and_agree():
     assert after["hybrid_images"] - before["hybrid_images"] >= 64
     if after["hardware_available"]:
         assert after["hardware_images"] - before["hardware_images"] >= 64
+    # The host-time phases count these 7 calls; the hybrid-only call spent host time on hybrid images.
+    h0, h1 = before["host_seconds"], after["host_seconds"]
+    assert h1["calls"] - h0["calls"] == 7
+    assert all(h1[k] >= h0[k] for k in h1) and h1["hybrid"] > h0["hybrid"] and h1["parse"] > h0["parse"]
+    if after["hardware_available"]:
+        assert h1["lane_submit"] > h0["lane_submit"]
     for a, b, c, j in zip(hw, hy, auto, files):
         ref = cv2_decode(j)
         for img in (a, b, c):

@@ -140,12 +140,15 @@ def steps(args, items, transform):
              "dataloader": (f"DataLoader, {args.workers} workers", dataloader),
              "orbbec": (f"orbbec GPULoader, {args.orbbec_workers} workers", orbbec)}
     for name, source in (modes[m] for m in args.modes.split(",")):
+        if source is orbbec:
+            decoder_alone(items, args.batch_size)
         it = source()
-        idle, n, t0 = [], 0, None
+        idle, n, t0, host0 = [], 0, None, None
         for k in range(args.warmup + args.steps):
             if k == args.warmup:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
+                host0 = _decoder_host_seconds() if source is orbbec else None
             s = time.perf_counter()
             x, y = next(it)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -165,6 +168,44 @@ def steps(args, items, transform):
         print(f"  {name:34s} {rate:8,.0f} images/s   GPU idle {np.mean(idle):6.1f} ms per step", flush=True)
         if source is orbbec and ld is not None:
             print(f"    orbbec loader, seconds per batch: {ld.timing()}", flush=True)
+            _print_decoder_phases("beside the training step", host0, _decoder_host_seconds())
+
+
+def _decoder_host_seconds():
+    from orbbec.io import decoder_stats
+
+    return decoder_stats()["host_seconds"]
+
+
+def _print_decoder_phases(label, before, after):
+    """The GPU decoder's host time per call between two decoder_stats() readings, by phase."""
+    calls = after["calls"] - before["calls"]
+    if calls <= 0:
+        return
+    per = {k: (after[k] - before[k]) / calls * 1e3 for k in after if k != "calls"}
+    total = per["parse"] + per["allocate"] + per["jobs"] + per["finish"]
+    print(f"    decoder host ms per batch, {label} ({calls} calls): {total:.1f} = "
+          + ", ".join(f"{k} {per[k]:.2f}" for k in ("parse", "allocate", "jobs", "finish"))
+          + f"; in the jobs: lane wait {per['lane_wait']:.2f}, lane submit {per['lane_submit']:.2f}, "
+          f"hybrid {per['hybrid']:.2f} (summed over threads)", flush=True)
+
+
+def decoder_alone(items, batch, calls=20):
+    """The decoder's phases on the same JPEGs back to back, without the training step beside it."""
+    import torch
+
+    from orbbec.io import decode_jpeg
+
+    data = [_bytes(x[0]) for x in items[:batch * 4]]
+    batches = [data[k:k + batch] for k in range(0, len(data) - batch + 1, batch)]
+    for b in batches:
+        decode_jpeg(b)
+    torch.cuda.synchronize()
+    before = _decoder_host_seconds()
+    for k in range(calls):
+        decode_jpeg(batches[k % len(batches)])
+    torch.cuda.synchronize()
+    _print_decoder_phases("alone", before, _decoder_host_seconds())
 
 
 def main():

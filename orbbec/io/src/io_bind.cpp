@@ -97,6 +97,17 @@ py::dict stats(int device) {
   d["hybrid_pixels_per_s"] = s.hybrid_pixels_per_s;
   d["threads"] = s.threads;
   d["hardware_available"] = s.hardware_available;
+  const DecoderHostTime& h = s.host_time;
+  py::dict host;
+  host["calls"] = h.calls;
+  host["parse"] = h.parse;
+  host["allocate"] = h.allocate;
+  host["jobs"] = h.jobs;
+  host["finish"] = h.finish;
+  host["lane_wait"] = h.lane_wait;
+  host["lane_submit"] = h.lane_submit;
+  host["hybrid"] = h.hybrid;
+  d["host_seconds"] = host;
   return d;
 }
 #endif

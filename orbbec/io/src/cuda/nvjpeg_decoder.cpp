@@ -216,7 +216,7 @@ class Decoder {
   std::unique_ptr<WorkerPool> pool_;
   // Outputs are allocated on this stream, which runs nothing (see decode()).
   cudaStream_t alloc_stream_ = nullptr;
-  std::mutex mutex_;  // one batch at a time per device
+  mutable std::mutex mutex_;  // one batch at a time per device (stats() reads under it too)
 
   // Measured rates, in output pixels per second, for the split and decoder_stats: the hardware
   // engine's (EngineClock, read calls later so as never to wait for the GPU), and one hybrid
@@ -229,7 +229,18 @@ class Decoder {
   bool split_ = false;
   bool share_ = true;
   std::unique_ptr<EngineClock> engine_clock_;  // with the hardware engine only
+  DecoderHostTime host_time_;  // the calling thread's phases (under mutex_)
+  // The lanes' waits and submissions, in nanoseconds, added from the pool's threads.
+  std::atomic<int64_t> lane_wait_ns_{0}, lane_submit_ns_{0};
 };
+
+int64_t nanoseconds_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count();
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 void Decoder::plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out) {
   out.error = jpeg_buffer_problem(in.data, in.size);
@@ -348,7 +359,10 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch
   // docs/dev/decode.md). Waiting here rather than right after the submission lets the engine's
   // work overlap the caller's next batch; the wait sleeps (a blocking-sync event). Before the
   // lane's first batch `end` is unrecorded, and the wait returns at once.
+  const auto wait_start = Clock::now();
   cudaEventSynchronize(lane.end);
+  lane_wait_ns_ += nanoseconds_since(wait_start);
+  const auto submit_start = Clock::now();
   nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
   if (lane.batch != n || lane.format != format) {
     s = nvjpegDecodeBatchedInitialize(hw_handle_, lane.state, n, 1, format);
@@ -376,6 +390,7 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch
     cudaEventRecord(lane.end, w.stream);
     engine_clock_->record_end(clock_slot, batch, w.stream);
   }
+  lane_submit_ns_ += nanoseconds_since(submit_start);
   if (s == NVJPEG_STATUS_SUCCESS) {
     for (size_t i : chunk) out[i].path = 0;
     return;
@@ -390,6 +405,7 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch
 
 std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path) {
   std::lock_guard<std::mutex> lock(mutex_);
+  const auto t_start = Clock::now();
   c10::cuda::CUDAGuard guard(device_);
   const size_t n = images.size();
   std::vector<DecodedImage> out(n);
@@ -400,6 +416,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   }
 
   pool_->run(n, [&](int w, size_t i) { plan(workers_[w], images[i], mode, plans[i], out[i]); });
+  const auto t_parsed = Clock::now();
 
   // nvJPEG's hardware engine starts writing when nvjpegDecodeBatched is called, not when its stream
   // reaches the call (seen on H100 with nvJPEG 12.3-13.2, and reported to torchcodec): memory that
@@ -438,6 +455,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   std::stable_sort(hybrid.begin(), hybrid.end(), [&](size_t a, size_t b) { return plans[a].pixels > plans[b].pixels; });
 
   for (auto& w : workers_) w.hybrid_seconds = 0;
+  const auto t_allocated = Clock::now();
   // Consecutive calls take the lanes in turn: a lane waits for its own previous batch before it
   // submits (decode_hardware), so a call that took the other lane than the call before submits
   // while that call's batch is still in the engine, instead of leaving the engine idle for the
@@ -459,6 +477,7 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
     }
   });
 
+  const auto t_jobs = Clock::now();
   double hybrid_seconds = 0;
   for (auto& w : workers_) {
     hybrid_seconds += w.hybrid_seconds;
@@ -479,6 +498,12 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
       ++hybrid_images_;
     }
   }
+  host_time_.calls += 1;
+  host_time_.parse += seconds_between(t_start, t_parsed);
+  host_time_.allocate += seconds_between(t_parsed, t_allocated);
+  host_time_.jobs += seconds_between(t_allocated, t_jobs);
+  host_time_.finish += seconds_between(t_jobs, Clock::now());
+  host_time_.hybrid += hybrid_seconds;
   const cudaError_t e = cudaGetLastError();
   TORCH_CHECK(e == cudaSuccess, "orbbec.io: CUDA error while decoding: ", cudaGetErrorString(e));
   return out;
@@ -493,6 +518,12 @@ DecoderStats Decoder::stats() const {
   s.hybrid_pixels_per_s = hybrid_rate_per_thread_ * pool_->size();
   s.threads = pool_->size();
   s.hardware_available = hw_handle_ != nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);  // not during a call
+    s.host_time = host_time_;
+  }
+  s.host_time.lane_wait = lane_wait_ns_.load() * 1e-9;
+  s.host_time.lane_submit = lane_submit_ns_.load() * 1e-9;
   return s;
 }
 

@@ -45,11 +45,22 @@ std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& imag
                                            int only_path = -1);
 
 // Counters and the measured rates of the decoder on `device`, for benchmarks and debugging.
+// Where the calling thread's time went, summed over calls (seconds): parsing the headers,
+// allocating the outputs, running the jobs (hardware batches and hybrid images), and recording
+// the hand-over; inside the jobs, the hardware lanes' waits for their previous batch, their
+// nvjpegDecodeBatched calls, and the hybrid images' host time (the jobs' three sum over threads).
+struct DecoderHostTime {
+  int64_t calls = 0;
+  double parse = 0, allocate = 0, jobs = 0, finish = 0;
+  double lane_wait = 0, lane_submit = 0, hybrid = 0;
+};
+
 struct DecoderStats {
   int64_t hardware_images = 0, hybrid_images = 0, hardware_batches_failed = 0;
   double hardware_pixels_per_s = 0, hybrid_pixels_per_s = 0;
   int threads = 0;
   bool hardware_available = false;
+  DecoderHostTime host_time;
 };
 DecoderStats decoder_stats(int device);
 
