@@ -28,7 +28,6 @@ def test_parameters_depend_on_seed_epoch_and_index_only():
     assert 16 < sum(flips) < 48  # p = 0.5, per sample
 
 
-
 def test_batch_draws_follow_the_public_sample_rng():
     """Compose.draw re-keys one generator per sample (cheap); a user reproducing a sample's draws with
     sample_rng(seed, epoch, index) must get the same stream."""
@@ -42,6 +41,7 @@ def test_batch_draws_follow_the_public_sample_rng():
         assert fast_draws == [ref.random(), ref.uniform(-3, 3), int(ref.integers(0, 10**6)), ref.normal()]
     firsts = {(s, e, i): A.sample_rng(s, e, i).random() for s in (0, 1, -1) for e in (0, 1, 2) for i in (0, 1, 1000)}
     assert len(set(firsts.values())) == len(firsts)  # every (seed, epoch, index) its own stream
+
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_flip_and_center_crop_are_exact(device):

@@ -47,7 +47,7 @@ PIPELINES = ["orbbec", "orbbec decode only", "DALI", "torchvision", "CPU DataLoa
 
 # ---------------------------------------------------------------- data and transforms (shared)
 def build_data(workload):
-    from workloads import PIPELINE_WORKLOADS, det_boxes, face_landmarks, jpeg_set
+    from workloads import PIPELINE_WORKLOADS, det_boxes, face_landmarks, jpeg_set, repeat_to_epoch
 
     set_name, batch, _ = PIPELINE_WORKLOADS[workload]
     files = jpeg_set(set_name)
@@ -61,9 +61,7 @@ def build_data(workload):
         if boxes is not None:
             item["boxes"] = boxes[i]
         items.append(item)
-    # Epochs as long as a real dataset's (at least 64 batches): the JPEG set repeated, each copy its
-    # own sample index (so its own parameters). Every pipeline reads the same list.
-    return items * max(1, -(-64 * batch // len(items))), batch
+    return repeat_to_epoch(items, batch), batch  # every pipeline reads the same list
 
 
 def orbbec_transform(workload, normalize=True):

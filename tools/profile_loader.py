@@ -30,13 +30,13 @@ STD = np.array([0.229, 0.224, 0.225], np.float32)
 
 
 def items_of(data_dir, batch):
-    """The dataset's (JPEG, label) items; the benchmark's set (1,024 JPEGs) is repeated to 64 batches
-    per epoch, each copy its own sample index: with 4 batches per epoch, the loaders' restart at each
-    epoch (an empty prefetch queue) cost orbbec's loader 8 ms of GPU idle per step on the H100."""
+    """The dataset's (JPEG, label) items; the benchmark's set (1,024 JPEGs) repeated to 64 batches
+    per epoch (workloads.repeat_to_epoch)."""
     from train_ddp import jpeg_items
+    from workloads import repeat_to_epoch
 
     items = jpeg_items(data_dir)
-    return items if data_dir else items * max(1, -(-64 * batch // len(items)))
+    return items if data_dir else repeat_to_epoch(items, batch)
 
 
 def _bytes(x):

@@ -41,10 +41,10 @@ class SampleRngs:
         self.run_key = _run_key(seed, epoch)
         self.bits = np.random.Philox(0)
         self.generator = np.random.Generator(self.bits)
-        self._zeros = np.zeros(4, dtype=np.uint64)
+        self._zeros = np.zeros(4, dtype=np.uint64)  # the state setter copies the values it is given
 
     def for_index(self, index: int) -> np.random.Generator:
         self.bits.state = {"bit_generator": "Philox",
-                           "state": {"counter": self._zeros.copy(), "key": _key(self.run_key, index)},
-                           "buffer": self._zeros.copy(), "buffer_pos": 4, "has_uint32": 0, "uinteger": 0}
+                           "state": {"counter": self._zeros, "key": _key(self.run_key, index)},
+                           "buffer": self._zeros, "buffer_pos": 4, "has_uint32": 0, "uinteger": 0}
         return self.generator

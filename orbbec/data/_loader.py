@@ -384,10 +384,10 @@ class _CudaEpoch:
                             event.record(self.stream)
                             ld._cfg.slots.release_after(*batch.slot, event)
                     x = batch.extra
-                    t2 = time.perf_counter()
+                    waited, t2 = t1 - t, time.perf_counter()
                     if not self._put(batch, self.decoded):
                         return
-                    t, waited = time.perf_counter(), t1 - t
+                    t = time.perf_counter()
                     ld._timing.add(workers=waited, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
                                    decode_gil=x.get("call_s", 0.0) - x.get("native_s", 0.0), augment_wait=t - t2)
             self._put(_DONE, self.decoded)
