@@ -348,3 +348,27 @@ def test_gpu_memory_stays_flat_over_1000_batches():
     else:
         pytest.skip("the decoder's memory outside PyTorch's cache was not checked: NVML does not list this "
                     "process and other test processes share the GPU (PyTorch's cache was checked)")
+
+
+@requires_nvjpeg
+def test_gpu_started_decodes_match_decode_jpeg_whatever_order_they_are_taken_in():
+    # start_decode queues batches for the decoder and returns at once (the loader prepares the next
+    # batch meanwhile); results taken in any order equal decode_jpeg's, a bad image of a batch comes
+    # back as None with its error, and a started decode never taken must not crash or lose memory.
+    batches = [[encode(photo(i + 8 * k, (120 + 8 * k, 160 + 16 * k))) for i in range(8)] for k in range(4)]
+    batches[2][3] = b"\xff\xd8 not a jpeg"
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        started = [oio.start_decode(b) for b in batches]
+        dropped = oio.start_decode(batches[1])
+        del dropped
+        results = [s.result() for s in reversed(started)][::-1]
+    stream.synchronize()
+    for k, (b, (images, errors)) in enumerate(zip(batches, results)):
+        expected = decode_jpeg(b, on_error="skip")
+        for i, (got, want) in enumerate(zip(images, expected)):
+            if k == 2 and i == 3:
+                assert got is None and want is None and errors[i]
+            else:
+                assert torch.equal(got, want) and not errors[i], (k, i)
+    assert started[0].result()[0] is results[0][0]  # taken once, kept

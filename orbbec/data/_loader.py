@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from ..io import JpegDecodeError, decode_jpeg
+from ..io import JpegDecodeError, start_decode
 from ..io import last_call as io_last_call
 from . import _order
 from ._samples import HostBatch, prepare, select_rows
@@ -211,12 +211,31 @@ def assemble(cfg: _Config, batch: HostBatch) -> None:
 def decode_batch(cfg: _Config, batch: HostBatch) -> None:
     """Decodes the batch's images (in the current stream); leaves in batch.extra the images and the
     rows (samples) kept, and raises for a bad sample when on_error="raise"."""
+    finish_decode(cfg, batch, start_decode_batch(cfg, batch))
+
+
+def start_decode_batch(cfg: _Config, batch: HostBatch):
+    """Starts decoding the batch's encoded images (on the GPU the decoder works on them while the
+    caller goes on; on the CPU they are decoded now); None when there are none."""
     encoded = batch.buffers()
     pos = [i for i, e in enumerate(encoded) if e is not None]
+    batch.extra["encoded_rows"] = pos
+    t0 = time.perf_counter()
+    started = start_decode([encoded[i] for i in pos], device=cfg.device, mode=cfg.mode) if pos else None
+    batch.extra["start_s"] = time.perf_counter() - t0
+    return started
+
+
+def finish_decode(cfg: _Config, batch: HostBatch, started) -> None:
+    """Takes the result of start_decode_batch (see decode_batch)."""
+    pos = batch.extra.pop("encoded_rows")
     images = list(batch.decoded)
     t0 = time.perf_counter()
     if pos:
-        decoded = decode_jpeg([encoded[i] for i in pos], device=cfg.device, mode=cfg.mode, on_error="skip")
+        decoded, _ = started.result()
+        if cfg.device.type == "cuda":
+            batch.extra["native_s"] = getattr(io_last_call, "native_s", 0.0)
+            batch.extra["gil_s"] = getattr(io_last_call, "gil_s", 0.0)
         for i, img in zip(pos, decoded):
             images[i] = img
             if img is None and not batch.errors[i]:
@@ -229,15 +248,12 @@ def decode_batch(cfg: _Config, batch: HostBatch) -> None:
         raise JpegDecodeError(f"GPULoader: sample {batch.indices[i]} (position {i} of its batch): "
                               f"{batch.errors[i] or 'could not be decoded'}", batch.indices[i])
     batch.extra["rows"], batch.extra["bad"] = rows, [batch.indices[i] for i in bad]
-    # decode_jpeg's images are on cfg.device already; only images the dataset gave decoded may move.
+    # The decoder's images are on cfg.device already; only images the dataset gave decoded may move.
     for i, given in enumerate(batch.decoded):
         if given is not None and images[i] is not None and images[i].device != cfg.device:
             images[i] = images[i].to(cfg.device, non_blocking=True)
     batch.extra["images"] = [images[i] for i in rows]
-    batch.extra["decode_s"] = time.perf_counter() - t0
-    if pos and cfg.device.type == "cuda":
-        batch.extra["native_s"] = getattr(io_last_call, "native_s", 0.0)
-        batch.extra["call_s"] = getattr(io_last_call, "call_s", 0.0)
+    batch.extra["decode_s"] = batch.extra.pop("start_s", 0.0) + time.perf_counter() - t0
 
 
 def augment_batch(cfg: _Config, batch: HostBatch) -> None:
@@ -367,32 +383,71 @@ class _CudaEpoch:
             yield item
 
     def _decode(self):
+        """Starts each batch's decode, then finishes the batch before it, so that the decoder works on
+        one batch while this thread's Python takes the previous one's results and receives the next
+        (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch)."""
         ld = self.loader
         try:
             torch.cuda.set_device(ld.device)
             with torch.cuda.stream(self.stream):
+                before = None  # (batch, its started decode, seconds waited for it)
                 t = time.perf_counter()
                 for batch in self._items(self.received):
                     if self.stop.is_set():
                         return
-                    t1 = time.perf_counter()
+                    waited = time.perf_counter() - t
+                    started = self._start(batch)
                     try:
-                        decode_batch(ld._cfg, batch)
-                    finally:
-                        if batch.slot is not None:  # its bytes are free once the GPU has read them
-                            event = torch.cuda.Event()
-                            event.record(self.stream)
-                            ld._cfg.slots.release_after(*batch.slot, event)
-                    x = batch.extra
-                    waited, t2 = t1 - t, time.perf_counter()
-                    if not self._put(batch, self.decoded):
-                        return
-                    t = time.perf_counter()
-                    ld._timing.add(workers=waited, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
-                                   decode_gil=x.get("call_s", 0.0) - x.get("native_s", 0.0), augment_wait=t - t2)
+                        if before is not None and not self._finish(*before):
+                            return
+                    except BaseException:
+                        self._abandon(batch, started)
+                        raise
+                    before, t = (batch, started, waited), time.perf_counter()
+                if before is not None and not self._finish(*before):
+                    return
             self._put(_DONE, self.decoded)
         except BaseException as e:  # handed on, raised in the consumer
             self._put(e, self.decoded)
+
+    def _start(self, batch):
+        try:
+            return start_decode_batch(self.loader._cfg, batch)
+        except BaseException:
+            self._release(batch)
+            raise
+
+    def _abandon(self, batch, started):
+        """A started batch that will not be finished (the one before it raised): its bytes are
+        released once the decoder is done reading them."""
+        try:
+            if started is not None:
+                started.result()
+        except BaseException:  # noqa: BLE001 (the exception that stops the loader is the earlier one)
+            pass
+        self._release(batch)
+
+    def _release(self, batch):
+        """The batch's shared bytes are free once the GPU work queued so far has run."""
+        if batch.slot is not None:
+            event = torch.cuda.Event()
+            event.record(self.stream)
+            self.loader._cfg.slots.release_after(*batch.slot, event)
+            batch.slot = None
+
+    def _finish(self, batch, started, waited) -> bool:
+        ld = self.loader
+        try:
+            finish_decode(ld._cfg, batch, started)
+        finally:
+            self._release(batch)
+        x = batch.extra
+        t = time.perf_counter()
+        if not self._put(batch, self.decoded):
+            return False
+        ld._timing.add(workers=waited, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
+                       decode_gil=x.get("gil_s", 0.0), augment_wait=time.perf_counter() - t)
+        return True
 
     def _augment(self):
         ld = self.loader

@@ -24,7 +24,7 @@ from ._buffers import JpegDecodeError, as_buffer, orient
 from . import _cpu
 from ..common import ArgumentError
 
-__all__ = ["decode_jpeg", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads"]
+__all__ = ["decode_jpeg", "start_decode", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads"]
 
 _MODES = {"RGB": 0, "BGR": 1, "GRAY": 2}
 
@@ -110,17 +110,25 @@ def _per_image(value, n, name, single, default):
     return [default if v is None else v for v in value]
 
 
-def _decode_cuda(buffers, mode, rois, apply_exif, dev, only_path=-1):
+def _native_decoder(dev):
     if not getattr(_C, "with_nvjpeg", False):
         raise RuntimeError("decode_jpeg: orbbec was built without nvJPEG, so it cannot decode on the GPU; "
                            "rebuild with CUDA and nvJPEG (`pip install nvidia-nvjpeg`, see docs/building.md) "
                            "or use device='cpu'")
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+def _decode_cuda(buffers, mode, rois, apply_exif, dev, only_path=-1):
+    index = _native_decoder(dev)
     roi_arg = None if all(r is None for r in rois) else rois
     t0 = time.perf_counter()
-    images, errors, unsupported, orientations, _, native = _C.decode_jpeg_cuda(buffers, _MODES[mode], index, roi_arg,
-                                                                               only_path)
-    last_call.native_s, last_call.call_s = native, time.perf_counter() - t0
+    raw = _C.decode_jpeg_cuda(buffers, _MODES[mode], index, roi_arg, only_path)
+    last_call.native_s, last_call.call_s = raw[5], time.perf_counter() - t0
+    return _finish_cuda(raw, buffers, mode, rois, apply_exif, index)
+
+
+def _finish_cuda(raw, buffers, mode, rois, apply_exif, index):
+    images, errors, unsupported, orientations = raw[:4]
     # What nvJPEG cannot decode at all (e.g. 12-bit or lossless JPEG) goes to OpenCV, then to the GPU.
     retry = [i for i, u in enumerate(unsupported) if u]
     if retry:
@@ -133,6 +141,43 @@ def _decode_cuda(buffers, mode, rois, apply_exif, dev, only_path=-1):
     if apply_exif:
         images = [orient(img, o) if img is not None else None for img, o in zip(images, orientations)]
     return images, errors
+
+
+class StartedDecode:
+    """A GPU decode under way (start_decode): the decoder works on it in a native thread while the
+    caller's Python goes on. result() waits for it (without the GIL) and returns decode_jpeg's list
+    with on_error="skip" (None where an image failed) and the error messages."""
+
+    def __init__(self, data, mode, device, images=None, errors=None):
+        self._data, self._mode = data, mode
+        self._done = None if images is None else (images, errors)
+        if self._done is None:
+            self._index = _native_decoder(device)
+            self._pending = _C.decode_jpeg_cuda_start(data, _MODES[mode], self._index, None)
+
+    def result(self):
+        if self._done is None:
+            raw = self._pending.wait()
+            self._pending = None
+            # The decoder's own host time, and how long taking the GIL back took once it was done.
+            last_call.native_s, last_call.gil_s = raw[5], raw[6]
+            self._done = _finish_cuda(list(raw[:6]), self._data, self._mode, [None] * len(self._data), False,
+                                      self._index)
+        return self._done
+
+
+def start_decode(data, *, device="cuda", mode: str = "RGB") -> StartedDecode:
+    """Starts decoding a batch (a list, as decode_jpeg takes) and returns at once on the GPU: batches
+    started one after another reach the decoder, and the current stream, in that order, so a loader
+    can prepare the next batch while the decoder works. On the CPU it decodes before returning."""
+    if mode not in _MODES:
+        raise ArgumentError(f"decode_jpeg: mode must be one of {sorted(_MODES)}, got {mode!r}")
+    buffers = [as_buffer(x, i, False) for i, x in enumerate(data)]
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return StartedDecode(buffers, mode, dev)
+    images, errors = _cpu.decode(buffers, mode, [1] * len(buffers), [None] * len(buffers), False, None)
+    return StartedDecode(buffers, mode, dev, images, errors)
 
 
 def decoder_stats(device: Union[str, torch.device, int] = "cuda") -> dict:

@@ -7,6 +7,14 @@
 
 #include "io/src/jpeg_buffer.h"
 #ifdef WITH_NVJPEG
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "io/src/call_thread.h"
 #include "io/src/cuda/nvjpeg_decoder.h"
 #endif
 
@@ -46,19 +54,24 @@ std::string problem(const py::handle& obj) {
 }
 
 #ifdef WITH_NVJPEG
-// Returns (images, errors, unsupported, exif_orientations, paths, seconds): per input, the uint8 HWC
-// tensor or None, the error message ('' on success), whether nvJPEG cannot decode it at all, its EXIF
-// orientation and the path that decoded it (0 hardware, 1 hybrid, -1 none); and the host time spent
-// without the GIL, so that a caller can tell the decoder's time from waiting for the GIL.
-py::tuple decode_cuda(const py::list& data, int mode, int device, const py::object& rois, int only_path) {
-  const size_t n = data.size();
+// The encoded inputs of one call: views of the Python buffers, which `keep` holds alive. The views
+// are shared with the call thread; the buffers are not (their references may be dropped only with
+// the GIL held, i.e. in the caller's thread).
+struct DecodeInputs {
   std::vector<Bytes> keep;
-  keep.reserve(n);
-  std::vector<EncodedImage> images(n);
+  std::shared_ptr<std::vector<EncodedImage>> images = std::make_shared<std::vector<EncodedImage>>();
+};
+
+std::shared_ptr<DecodeInputs> inputs_of(const py::list& data, const py::object& rois) {
+  const size_t n = data.size();
+  auto in = std::make_shared<DecodeInputs>();
+  in->keep.reserve(n);
+  auto& images = *in->images;
+  images.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    keep.push_back(bytes_of(data[i], i));
-    images[i].data = keep.back().data;
-    images[i].size = keep.back().size;
+    in->keep.push_back(bytes_of(data[i], i));
+    images[i].data = in->keep.back().data;
+    images[i].size = in->keep.back().size;
     if (!rois.is_none()) {
       py::object r = py::list(rois)[i];
       if (!r.is_none()) {
@@ -68,14 +81,14 @@ py::tuple decode_cuda(const py::list& data, int mode, int device, const py::obje
       }
     }
   }
-  std::vector<DecodedImage> out;
-  double seconds = 0;
-  {
-    py::gil_scoped_release release;
-    const auto t0 = std::chrono::steady_clock::now();
-    out = decode_jpeg_cuda(images, static_cast<JpegMode>(mode), device, only_path);
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
+  return in;
+}
+
+// (images, errors, unsupported, exif_orientations, paths, seconds): per input, the uint8 HWC tensor
+// or None, the error message ('' on success), whether nvJPEG cannot decode it at all, its EXIF
+// orientation and the path that decoded it (0 hardware, 1 hybrid, -1 none); then the decoder's host
+// time (without the GIL), so that a caller can tell it from waiting for the GIL.
+py::tuple to_python(std::vector<DecodedImage>& out, double seconds) {
   py::list tensors, errors, unsupported, orientations, paths;
   for (auto& o : out) {
     if (o.image.defined()) tensors.append(py::cast(o.image)); else tensors.append(py::none());
@@ -85,6 +98,85 @@ py::tuple decode_cuda(const py::list& data, int mode, int device, const py::obje
     paths.append(o.path);
   }
   return py::make_tuple(tensors, errors, unsupported, orientations, paths, seconds);
+}
+
+struct Timed {
+  std::vector<DecodedImage> out;
+  double seconds = 0;
+};
+
+Timed decode_timed(const std::vector<EncodedImage>& images, int mode, int device, int only_path) {
+  Timed r;
+  const auto t0 = std::chrono::steady_clock::now();
+  r.out = decode_jpeg_cuda(images, static_cast<JpegMode>(mode), device, only_path);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+py::tuple decode_cuda(const py::list& data, int mode, int device, const py::object& rois, int only_path) {
+  auto in = inputs_of(data, rois);
+  Timed r;
+  {
+    py::gil_scoped_release release;
+    r = decode_timed(*in->images, mode, device, only_path);
+  }
+  return to_python(r.out, r.seconds);
+}
+
+// A decode started by decode_cuda_start: the call thread of its device runs it on the stream that
+// was current when it started. wait() gives decode_cuda's tuple plus the seconds it took to get the
+// GIL back once the result was ready.
+class PendingDecode {
+ public:
+  PendingDecode(std::shared_ptr<DecodeInputs> in, std::future<Timed> result)
+      : in_(std::move(in)), result_(std::move(result)) {}
+
+  // The decoder reads the buffers until it is done with them: never let them go before. (The call
+  // thread never takes the GIL, so waiting here with it held cannot deadlock.)
+  ~PendingDecode() {
+    if (result_.valid()) result_.wait();
+  }
+
+  py::tuple wait() {
+    if (!result_.valid()) throw std::runtime_error("decode_jpeg_cuda_start: wait() was called already");
+    Timed r;
+    std::chrono::steady_clock::time_point ready;
+    {
+      py::gil_scoped_release release;
+      result_.wait();
+      ready = std::chrono::steady_clock::now();
+    }
+    const double gil = std::chrono::duration<double>(std::chrono::steady_clock::now() - ready).count();
+    r = result_.get();  // rethrows the decoder's exception
+    py::tuple t = to_python(r.out, r.seconds);
+    return py::make_tuple(t[0], t[1], t[2], t[3], t[4], t[5], gil);
+  }
+
+ private:
+  std::shared_ptr<DecodeInputs> in_;
+  std::future<Timed> result_;
+};
+
+CallThread& call_thread(int device) {
+  static std::mutex mutex;
+  // Never destroyed, as the decoders are not: at interpreter exit the CUDA context may be gone.
+  static auto* threads = new std::map<int, std::unique_ptr<CallThread>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& t = (*threads)[device];
+  if (!t) t = std::make_unique<CallThread>();
+  return *t;
+}
+
+std::shared_ptr<PendingDecode> decode_cuda_start(const py::list& data, int mode, int device, const py::object& rois,
+                                                 int only_path) {
+  auto in = inputs_of(data, rois);
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device);
+  std::shared_ptr<const std::vector<EncodedImage>> images = in->images;
+  auto result = call_thread(device).submit([images, stream, mode, device, only_path] {
+    c10::cuda::CUDAStreamGuard on_caller_stream(stream);
+    return decode_timed(*images, mode, device, only_path);
+  });
+  return std::make_shared<PendingDecode>(std::move(in), std::move(result));
 }
 
 py::dict stats(int device) {
@@ -120,6 +212,11 @@ void bind(py::module& m) {
   m.attr("with_nvjpeg") = true;
   m.def("decode_jpeg_cuda", &decode_cuda, py::arg("data"), py::arg("mode"), py::arg("device"), py::arg("rois"),
         py::arg("only_path") = -1);
+  py::class_<PendingDecode, std::shared_ptr<PendingDecode>>(m, "PendingJpegDecode")
+      .def("wait", &PendingDecode::wait);
+  m.def("decode_jpeg_cuda_start", &decode_cuda_start, py::arg("data"), py::arg("mode"), py::arg("device"),
+        py::arg("rois"), py::arg("only_path") = -1,
+        "decode_jpeg_cuda in the device's call thread, in the order started; .wait() for the result");
   m.def("jpeg_decoder_stats", &stats, py::arg("device"));
   m.def("set_jpeg_decode_threads", &set_decode_threads, py::arg("threads"));
 #else
