@@ -289,22 +289,35 @@ def test_gpu_results_are_ordered_on_the_current_stream():
 
 
 @requires_nvjpeg
-@pytest.mark.parametrize("path", [0, 1])
+@pytest.mark.parametrize("path", [0, 1, "started"])
 def test_gpu_decode_never_writes_memory_that_queued_kernels_still_read(path):
     # nvJPEG's hardware engine writes as soon as it is called, whatever is queued on its stream. Free
     # tensors of the outputs' size while reductions of them are still queued behind a long kernel,
     # then decode: if the decoder got their blocks, the reductions would read decoded pixels.
+    # "started": start_decode, whose images are views of one block per batch (the freed tensor is
+    # one block of the batch's size then).
     files = [encode(photo(i, (240, 320))) for i in range(32)]
+
+    def decode():
+        if path == "started":
+            return oio.start_decode(files).result()[0]
+        return oio._decode_cuda(files, "RGB", [None] * 32, False, torch.device("cuda"), only_path=path)[0]
     for _ in range(2):
-        oio._decode_cuda(files, "RGB", [None] * 32, False, torch.device("cuda"), only_path=path)
+        decode()
     torch.cuda.synchronize()
     values = torch.arange(1, 33, device="cuda", dtype=torch.uint8)
-    held = [torch.full((240, 320, 3), int(v), dtype=torch.uint8, device="cuda") for v in values]
+    if path == "started":  # 240 * 320 * 3 is a multiple of 512: the batch's block has exactly this size
+        block = values.view(32, 1, 1, 1).expand(32, 240, 320, 3).contiguous()
+        held = list(block.unbind(0))
+    else:
+        held = [torch.full((240, 320, 3), int(v), dtype=torch.uint8, device="cuda") for v in values]
     torch.cuda.synchronize()
     torch.cuda._sleep(200_000_000)  # about 0.1 s of queued work on the current stream
     sums = torch.stack([h.sum(dtype=torch.int64) for h in held])
     del held  # the caching allocator may hand these blocks out again on this stream
-    imgs = oio._decode_cuda(files, "RGB", [None] * 32, False, torch.device("cuda"), only_path=path)[0]
+    if path == "started":
+        del block
+    imgs = decode()
     expected = values.long() * (240 * 320 * 3)
     assert torch.equal(sums, expected), (sums - expected).nonzero().flatten().tolist()
     for img, f in zip(imgs[:4], files):
@@ -372,3 +385,9 @@ def test_gpu_started_decodes_match_decode_jpeg_whatever_order_they_are_taken_in(
             else:
                 assert torch.equal(got, want) and not errors[i], (k, i)
     assert started[0].result()[0] is results[0][0]  # taken once, kept
+    # A started batch's images are views of one allocation, each at a 512-byte boundary; decode_jpeg
+    # gives each image its own.
+    images = [img for img in results[0][0]]
+    assert len({img.untyped_storage().data_ptr() for img in images}) == 1
+    assert all(img.data_ptr() % 512 == 0 and img.is_contiguous() for img in images)
+    assert len({img.untyped_storage().data_ptr() for img in decode_jpeg(batches[0])}) == len(batches[0])

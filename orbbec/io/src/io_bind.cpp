@@ -105,10 +105,10 @@ struct Timed {
   double seconds = 0;
 };
 
-Timed decode_timed(const std::vector<EncodedImage>& images, int mode, int device, int only_path) {
+Timed decode_timed(const std::vector<EncodedImage>& images, int mode, int device, int only_path, bool one_block) {
   Timed r;
   const auto t0 = std::chrono::steady_clock::now();
-  r.out = decode_jpeg_cuda(images, static_cast<JpegMode>(mode), device, only_path);
+  r.out = decode_jpeg_cuda(images, static_cast<JpegMode>(mode), device, only_path, one_block);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -118,7 +118,7 @@ py::tuple decode_cuda(const py::list& data, int mode, int device, const py::obje
   Timed r;
   {
     py::gil_scoped_release release;
-    r = decode_timed(*in->images, mode, device, only_path);
+    r = decode_timed(*in->images, mode, device, only_path, false);
   }
   return to_python(r.out, r.seconds);
 }
@@ -168,13 +168,13 @@ CallThread& call_thread(int device) {
 }
 
 std::shared_ptr<PendingDecode> decode_cuda_start(const py::list& data, int mode, int device, const py::object& rois,
-                                                 int only_path) {
+                                                 int only_path, bool one_block) {
   auto in = inputs_of(data, rois);
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device);
   std::shared_ptr<const std::vector<EncodedImage>> images = in->images;
-  auto result = call_thread(device).submit([images, stream, mode, device, only_path] {
+  auto result = call_thread(device).submit([images, stream, mode, device, only_path, one_block] {
     c10::cuda::CUDAStreamGuard on_caller_stream(stream);
-    return decode_timed(*images, mode, device, only_path);
+    return decode_timed(*images, mode, device, only_path, one_block);
   });
   return std::make_shared<PendingDecode>(std::move(in), std::move(result));
 }
@@ -215,7 +215,7 @@ void bind(py::module& m) {
   py::class_<PendingDecode, std::shared_ptr<PendingDecode>>(m, "PendingJpegDecode")
       .def("wait", &PendingDecode::wait);
   m.def("decode_jpeg_cuda_start", &decode_cuda_start, py::arg("data"), py::arg("mode"), py::arg("device"),
-        py::arg("rois"), py::arg("only_path") = -1,
+        py::arg("rois"), py::arg("only_path") = -1, py::arg("one_block") = true,
         "decode_jpeg_cuda in the device's call thread, in the order started; .wait() for the result");
   m.def("jpeg_decoder_stats", &stats, py::arg("device"));
   m.def("set_jpeg_decode_threads", &set_decode_threads, py::arg("threads"));

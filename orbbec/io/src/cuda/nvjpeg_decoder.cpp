@@ -155,7 +155,8 @@ class Decoder {
     if (alloc_stream_) cudaStreamDestroy(alloc_stream_);
   }
 
-  std::vector<DecodedImage> decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path);
+  std::vector<DecodedImage> decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path,
+                                   bool one_block);
   DecoderStats stats() const;
 
  private:
@@ -403,7 +404,31 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch
   for (size_t i : chunk) decode_hybrid(w, images[i], mode, out[i]);
 }
 
-std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path) {
+// The images of a batch as views of one allocation (each at a 512-byte boundary): one block and one
+// stream use per batch instead of one per image, so that freeing a batch records one event in the
+// caching allocator rather than one per image (which every later allocation, the training step's
+// included, then has to query).
+void allocate_one_block(const std::vector<ImagePlan>& plans, int64_t channels, const at::TensorOptions& options,
+                        const c10::cuda::CUDAStream& current, std::vector<DecodedImage>& out) {
+  std::vector<int64_t> offset(plans.size(), -1);
+  int64_t total = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (!plans[i].ok) continue;
+    offset[i] = total;
+    total += (plans[i].pixels * channels + 511) / 512 * 512;
+  }
+  if (total == 0) return;
+  const at::Tensor block = at::empty({total}, options);
+  c10::cuda::CUDACachingAllocator::recordStream(block.storage().data_ptr(), current);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (offset[i] < 0) continue;
+    out[i].image = block.slice(0, offset[i], offset[i] + plans[i].pixels * channels)
+                       .view({plans[i].height, plans[i].width, channels});
+  }
+}
+
+std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path,
+                                          bool one_block) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto t_start = Clock::now();
   c10::cuda::CUDAGuard guard(device_);
@@ -430,11 +455,17 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   PathLists paths;
   {
     c10::cuda::CUDAStreamGuard on_alloc(c10::cuda::getStreamFromExternal(alloc_stream_, device_));
+    if (one_block) {
+      allocate_one_block(plans, channels(mode), options, current, out);
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        if (!plans[i].ok) continue;
+        out[i].image = at::empty({plans[i].height, plans[i].width, channels(mode)}, options);
+        c10::cuda::CUDACachingAllocator::recordStream(out[i].image.storage().data_ptr(), current);
+      }
+    }
     for (size_t i = 0; i < n; ++i) {
-      if (!plans[i].ok) continue;
-      out[i].image = at::empty({plans[i].height, plans[i].width, channels(mode)}, options);
-      c10::cuda::CUDACachingAllocator::recordStream(out[i].image.storage().data_ptr(), current);
-      paths.add(plans, i);
+      if (plans[i].ok) paths.add(plans, i);
     }
   }
   int lanes = hardware_lanes(paths, max_lanes_);
@@ -544,8 +575,8 @@ Decoder& decoder_for(int device) {
 }  // namespace
 
 std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
-                                           int only_path) {
-  return decoder_for(device).decode(images, mode, only_path);
+                                           int only_path, bool one_block) {
+  return decoder_for(device).decode(images, mode, only_path, one_block);
 }
 
 DecoderStats decoder_stats(int device) { return decoder_for(device).stats(); }

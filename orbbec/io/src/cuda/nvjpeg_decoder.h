@@ -40,9 +40,10 @@ struct DecodedImage {
 // of the call before last when calls alternate, see decode_hardware).
 // `only_path` 0 or 1 sends every image to that path (tests); -1: the hardware engine takes what it
 // can, less a share of large images decided by the batch alone (with ORBBEC_NVJPEG_SPLIT=1 instead:
-// the batch is divided by the measured rates).
+// the batch is divided by the measured rates). `one_block`: the images are views of one allocation,
+// freed when the last of them is (the loader's batches), instead of one allocation each.
 std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
-                                           int only_path = -1);
+                                           int only_path = -1, bool one_block = false);
 
 // Counters and the measured rates of the decoder on `device`, for benchmarks and debugging.
 // Where the calling thread's time went, summed over calls (seconds): parsing the headers,
