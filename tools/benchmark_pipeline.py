@@ -10,7 +10,8 @@ stops after a device synchronise.
 Pipelines, each in its own process (its own CPU time and GPU memory):
 - orbbec: GPULoader (workers read bytes and draw parameters; nvJPEG decode + one warp with fused
   normalise on a side stream, prefetched).
-- orbbec decode only: orbbec.io.decode_jpeg back to back on the same batches (the ceiling).
+- orbbec decode only: the GPU decoder alone, each batch started (orbbec.io.start_decode) before the one
+  before it is taken, as the loader drives it (the ceiling).
 - DALI: external source of bytes; classification with decoders.image_random_crop (mixed) + resize +
   crop_mirror_normalize; face and det with decoders.image (mixed) + warp_affine on per-sample matrices
   (the same draws as orbbec's, made in the source callback) + crop_mirror_normalize; det boxes through
@@ -156,17 +157,23 @@ def run_orbbec(workload, items, batch, seconds, workers):
 
 
 def run_decode_only(workload, items, batch, seconds, workers):
-    from orbbec.io import decode_jpeg
+    """The GPU decoder alone, driven as the loader drives it: each batch started before the one
+    before it is taken (start_decode), from bytes already in memory."""
+    from orbbec.io import start_decode
 
     files = [it["image"] for it in items]
     batches = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
-    state = {"i": 0}
+    state = {"i": 0, "ahead": None}
 
     def step():
         b = batches[state["i"] % len(batches)]
         state["i"] += 1
-        decode_jpeg(b, device="cuda")
-        return len(b)
+        started = start_decode(b, device="cuda")
+        taken = 0
+        if state["ahead"] is not None:
+            taken = len(state["ahead"].result()[0])
+        state["ahead"] = started
+        return taken  # the images of the batch taken, as a loader counts the batches it hands out
     return measure(step, seconds)
 
 
