@@ -370,7 +370,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--workloads", default="cls-1080p,cls-500x375,face,det")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
-    ap.add_argument("--workers", type=int, default=6, help="orbbec's DataLoader workers (reading bytes)")
+    ap.add_argument("--workers", type=int, default=9, help="orbbec's DataLoader workers (reading bytes)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per pipeline before it counts as timed out")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
@@ -464,6 +464,7 @@ def write_plot(r, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     workloads = list(r["workloads"])
     fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4.5))
@@ -473,6 +474,7 @@ def write_plot(r, path):
                 color=["tab:orange" if k.startswith("orbbec") else "tab:gray" for k, _ in items][::-1])
         ax.set_title(w)
         ax.set_xlabel("images/s")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))  # long tick labels must not collide
     for ax in np.atleast_1d(axes)[1:]:
         ax.set_yticklabels([])
     fig.suptitle("JPEG bytes to a normalised GPU batch, " + r["env"].split(",")[0])
