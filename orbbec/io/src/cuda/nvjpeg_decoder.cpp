@@ -542,15 +542,15 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
 
 DecoderStats Decoder::stats() const {
   DecoderStats s;
-  s.hardware_images = hardware_images_;
-  s.hybrid_images = hybrid_images_;
-  s.hardware_batches_failed = hardware_failures_;
-  s.hardware_pixels_per_s = hw_handle_ ? hardware_rate_ : 0;
-  s.hybrid_pixels_per_s = hybrid_rate_per_thread_ * pool_->size();
   s.threads = pool_->size();
   s.hardware_available = hw_handle_ != nullptr;
+  s.hardware_batches_failed = hardware_failures_;
   {
-    std::lock_guard<std::mutex> lock(mutex_);  // not during a call
+    std::lock_guard<std::mutex> lock(mutex_);  // the calls update these under it
+    s.hardware_images = hardware_images_;
+    s.hybrid_images = hybrid_images_;
+    s.hardware_pixels_per_s = hw_handle_ ? hardware_rate_ : 0;
+    s.hybrid_pixels_per_s = hybrid_rate_per_thread_ * pool_->size();
     s.host_time = host_time_;
   }
   s.host_time.lane_wait = lane_wait_ns_.load() * 1e-9;
