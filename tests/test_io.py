@@ -363,6 +363,23 @@ def test_gpu_memory_stays_flat_over_1000_batches():
                     "process and other test processes share the GPU (PyTorch's cache was checked)")
 
 
+def test_cpu_started_decode_gives_decode_jpegs_images_and_errors():
+    # On the CPU start_decode decodes before it returns; result() is decode_jpeg's list with
+    # on_error="skip" plus each image's error message ('' when it decoded).
+    files = [encode(photo(i, (60 + 8 * i, 90))) for i in range(4)]
+    files[2] = b"\x89PNG\r\n\x1a\n not a jpeg"
+    images, errors = oio.start_decode(files, device="cpu", mode="BGR").result()
+    for i, (got, f) in enumerate(zip(images, files)):
+        if i == 2:
+            assert got is None and "PNG" in errors[i]
+        else:
+            assert errors[i] == "" and np.array_equal(got.numpy(), cv2_decode(f, "BGR"))
+    with pytest.raises(TypeError, match="start_decode: data must be a list"):
+        oio.start_decode(files[0], device="cpu")
+    with pytest.raises(ValueError, match="start_decode: mode"):
+        oio.start_decode(files, device="cpu", mode="HSV")
+
+
 @requires_nvjpeg
 def test_gpu_started_decodes_match_decode_jpeg_whatever_order_they_are_taken_in():
     # start_decode queues batches for the decoder and returns at once (the loader prepares the next

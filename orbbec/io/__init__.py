@@ -22,7 +22,7 @@ import torch
 from .._library import _C
 from ._buffers import JpegDecodeError, as_buffer, orient
 from . import _cpu
-from ..common import ArgumentError
+from ..common import ArgumentError, ArgumentTypeError
 
 __all__ = ["decode_jpeg", "start_decode", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads"]
 
@@ -170,8 +170,11 @@ def start_decode(data, *, device="cuda", mode: str = "RGB") -> StartedDecode:
     """Starts decoding a batch (a list, as decode_jpeg takes) and returns at once on the GPU: batches
     started one after another reach the decoder, and the current stream, in that order, so a loader
     can prepare the next batch while the decoder works. On the CPU it decodes before returning."""
+    if not isinstance(data, (list, tuple)):
+        raise ArgumentTypeError(f"start_decode: data must be a list of encoded images (one batch), got "
+                                f"{type(data).__name__}; decode_jpeg takes a single image")
     if mode not in _MODES:
-        raise ArgumentError(f"decode_jpeg: mode must be one of {sorted(_MODES)}, got {mode!r}")
+        raise ArgumentError(f"start_decode: mode must be one of {sorted(_MODES)}, got {mode!r}")
     buffers = [as_buffer(x, i, False) for i, x in enumerate(data)]
     dev = torch.device(device)
     if dev.type == "cuda":
