@@ -135,6 +135,7 @@ def orbbec_rates(files, batch, seconds, quick=False):
     import torch
 
     import orbbec.io as oio
+    from workloads import DecodeOneAhead
 
     batches = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
     sync = torch.cuda.synchronize
@@ -144,23 +145,12 @@ def orbbec_rates(files, batch, seconds, quick=False):
         out[name] = _rate(lambda b: oio._decode_cuda(b, "RGB", [None] * len(b), False, dev, path), batches, seconds,
                           sync, name)
     out["orbbec decode_jpeg cuda"] = _rate(lambda b: oio.decode_jpeg(b), batches, seconds, sync, "default")
-    # As orbbec.data's loader decodes (and as DALI's pipeline runs with its prefetch queue): each
-    # batch is started before the one before it is taken, so the decoder never waits for Python.
-    ahead = {"started": None}
-
-    def start_next(b):
-        started = oio.start_decode(b)
-        if ahead["started"] is not None:
-            ahead["started"].result()
-        ahead["started"] = started
+    ahead = DecodeOneAhead()
 
     def take_last_and_sync():
-        if ahead["started"] is not None:
-            ahead["started"].result()
-            ahead["started"] = None
+        ahead.drain()
         sync()
-    out["orbbec start_decode, one batch ahead"] = _rate(start_next, batches, seconds, take_last_and_sync,
-                                                        "start_decode")
+    out["orbbec start_decode, one batch ahead"] = _rate(ahead, batches, seconds, take_last_and_sync, "start_decode")
     if quick:
         print(f"  {out}", flush=True)
         return out

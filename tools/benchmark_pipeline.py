@@ -159,21 +159,17 @@ def run_orbbec(workload, items, batch, seconds, workers):
 def run_decode_only(workload, items, batch, seconds, workers):
     """The GPU decoder alone, driven as the loader drives it: each batch started before the one
     before it is taken (start_decode), from bytes already in memory."""
-    from orbbec.io import start_decode
+    from workloads import DecodeOneAhead
 
     files = [it["image"] for it in items]
     batches = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
-    state = {"i": 0, "ahead": None}
+    state = {"i": 0}
+    ahead = DecodeOneAhead()
 
     def step():
         b = batches[state["i"] % len(batches)]
         state["i"] += 1
-        started = start_decode(b, device="cuda")
-        taken = 0
-        if state["ahead"] is not None:
-            taken = len(state["ahead"].result()[0])
-        state["ahead"] = started
-        return taken  # the images of the batch taken, as a loader counts the batches it hands out
+        return ahead(b)  # the images of the batch taken, as a loader counts the batches it hands out
     return measure(step, seconds)
 
 

@@ -105,24 +105,48 @@ def stages(items, transform, batch, workers):
           "normalise and the copy to the GPU, leaving read (and parameter drawing) to the workers.")
 
 
-def steps(args, items, transform):
+def training_step(model_name, dev):
+    """One training step of a torchvision model (AMP float16 with GradScaler, channels_last, SGD) as
+    a function of the batch (x, y); the model and optimiser live in it."""
     import torch
     import torchvision
+
+    model = getattr(torchvision.models, model_name)().to(dev, memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler()
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(x, y):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x.contiguous(memory_format=torch.channels_last)), y)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    return step
+
+
+def synthetic_batches(batch_size, dev):
+    """The same random batch on the GPU, forever (the training step's ceiling)."""
+    import torch
+
+    x = torch.randn(batch_size, 3, 224, 224, device=dev)
+    y = torch.randint(0, 1000, (batch_size,), device=dev)
+    while True:
+        yield x, y
+
+
+def steps(args, items, transform):
+    import torch
 
     from orbbec.data import GPULoader
 
     dev = torch.device("cuda")
     ld = None
-    model = getattr(torchvision.models, args.model)().to(dev, memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    scaler = torch.amp.GradScaler()
-    loss_fn = torch.nn.CrossEntropyLoss()
+    train = training_step(args.model, dev)
 
     def synthetic():
-        x = torch.randn(args.batch_size, 3, 224, 224, device=dev)
-        y = torch.randint(0, 1000, (args.batch_size,), device=dev)
-        while True:
-            yield x, y
+        return synthetic_batches(args.batch_size, dev)
 
     def dataloader():
         dl = torch.utils.data.DataLoader(Cv2Dataset(items, transform), args.batch_size, shuffle=True, drop_last=True,
@@ -158,12 +182,7 @@ def steps(args, items, transform):
             x, y = next(it)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            with torch.autocast("cuda", dtype=torch.float16):
-                loss = loss_fn(model(x.contiguous(memory_format=torch.channels_last)), y)
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
+            train(x, y)
             end.record()
             end.synchronize()  # profiling only: a real loop would not wait here
             if k >= args.warmup:

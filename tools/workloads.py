@@ -140,3 +140,26 @@ def repeat_to_epoch(items: list, batch: int, batches: int = 64) -> list:
     the loaders' restart at each epoch (an empty prefetch queue) dominates: 6-8 ms of GPU idle per
     training step for orbbec's loader with 4 batches per epoch (H100, tools/profile_loader.py)."""
     return items * max(1, -(-batches * batch // len(items)))
+
+
+class DecodeOneAhead:
+    """Drives orbbec.io.start_decode as orbbec.data's loader does (and as DALI's prefetch queue
+    runs): each batch is started before the one before it is taken, so the decoder never waits for
+    the caller's Python. Calling it with a batch returns the images of the batch taken then (0 on the
+    first call); drain() takes the last one."""
+
+    def __init__(self, device="cuda"):
+        self.device, self.ahead = device, None
+
+    def __call__(self, batch) -> int:
+        from orbbec.io import start_decode
+
+        started = start_decode(batch, device=self.device)
+        taken = self.drain()
+        self.ahead = started
+        return taken
+
+    def drain(self) -> int:
+        taken = 0 if self.ahead is None else len(self.ahead.result()[0])
+        self.ahead = None
+        return taken

@@ -110,7 +110,8 @@ def _per_image(value, n, name, single, default):
     return [default if v is None else v for v in value]
 
 
-def _native_decoder(dev):
+def _nvjpeg_device_index(dev):
+    """The CUDA device index the GPU decoder runs on for `dev`; refuses a build without nvJPEG."""
     if not getattr(_C, "with_nvjpeg", False):
         raise RuntimeError("decode_jpeg: orbbec was built without nvJPEG, so it cannot decode on the GPU; "
                            "rebuild with CUDA and nvJPEG (`pip install nvidia-nvjpeg`, see docs/building.md) "
@@ -119,7 +120,7 @@ def _native_decoder(dev):
 
 
 def _decode_cuda(buffers, mode, rois, apply_exif, dev, only_path=-1):
-    index = _native_decoder(dev)
+    index = _nvjpeg_device_index(dev)
     roi_arg = None if all(r is None for r in rois) else rois
     t0 = time.perf_counter()
     raw = _C.decode_jpeg_cuda(buffers, _MODES[mode], index, roi_arg, only_path)
@@ -152,7 +153,7 @@ class StartedDecode:
         self._data, self._mode = data, mode
         self._done = None if images is None else (images, errors)
         if self._done is None:
-            self._index = _native_decoder(device)
+            self._index = _nvjpeg_device_index(device)
             self._pending = _C.decode_jpeg_cuda_start(data, _MODES[mode], self._index, None)
 
     def result(self):

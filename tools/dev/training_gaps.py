@@ -7,7 +7,7 @@ stream's kernel time, the sum of its gaps and the largest of them, and the other
 Writes the traces (trace_<mode>.json.gz) under $OUT."""
 import json, os, sys, time
 import numpy as np
-import torch, torchvision
+import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..")); sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import profile_loader as pl
@@ -20,15 +20,10 @@ workers = int(os.environ.get("PW", "6"))
 items = pl.items_of(None, 256)
 transform = A.Compose([A.RandomResizedCrop(224), A.RandomHorizontalFlip(), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
 dev = torch.device("cuda")
-model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
-opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-scaler = torch.amp.GradScaler()
-loss_fn = torch.nn.CrossEntropyLoss()
+train = pl.training_step("resnet50", dev)
 
 def synthetic():
-    x = torch.randn(256, 3, 224, 224, device=dev); y = torch.randint(0, 1000, (256,), device=dev)
-    while True:
-        yield x, y
+    return pl.synthetic_batches(256, dev)
 
 def orbbec():
     ld = GPULoader(items, 256, transform=transform, shuffle=True, drop_last=True, num_workers=workers, prefetch=3)
@@ -41,12 +36,7 @@ def step(it):
     t = time.perf_counter()
     x, y = next(it)
     NEXT.append(time.perf_counter() - t)
-    with torch.autocast("cuda", dtype=torch.float16):
-        loss = loss_fn(model(x.contiguous(memory_format=torch.channels_last)), y)
-    opt.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    scaler.step(opt)
-    scaler.update()
+    train(x, y)
 
 if os.environ.get("SI"):
     sys.setswitchinterval(float(os.environ["SI"]))
