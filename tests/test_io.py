@@ -210,6 +210,31 @@ def test_gpu_same_batch_same_bits_when_shared_between_paths():
         assert after["hardware_images"] - before["hardware_images"] >= 2 * 48 - 2 * 13, (before, after)
 
 
+@requires_nvjpeg
+def test_gpu_started_batches_of_large_images_share_more_and_keep_their_bits():
+    # start_decode begins the next batch while one finishes, so the hybrid threads go on to the next
+    # batch's images and take a larger share of large ones than a single call does; the share is
+    # still decided by the batch alone, so a batch decodes to the same bits every time.
+    distinct = [encode(photo(i, (1080, 1920))) for i in range(8)]
+    files = [distinct[(i * 3) % 8] for i in range(64)]
+    s0 = oio.decoder_stats()
+    single = decode_jpeg(files)
+    s1 = oio.decoder_stats()
+    started = [oio.start_decode(files) for _ in range(3)]
+    results = [s.result()[0] for s in started]
+    s2 = oio.decoder_stats()
+    for again in results[1:]:
+        for i, (a, b) in enumerate(zip(results[0], again)):
+            assert torch.equal(a, b), i
+    for i, (a, b) in enumerate(zip(results[0], single)):
+        ref = cv2_decode(files[i])
+        assert _close(a, ref) and _close(b, ref), i
+    if s0["hardware_available"] and os.environ.get("ORBBEC_NVJPEG_OVERLAP", "1") != "0":
+        single_share = s1["hybrid_images"] - s0["hybrid_images"]
+        started_share = (s2["hybrid_images"] - s1["hybrid_images"]) / 3
+        assert started_share == int(started_share) and started_share > single_share > 0, (single_share, started_share)
+
+
 _SHARE_PROBE = """
 import sys, torch
 sys.path.insert(0, sys.argv[1])

@@ -387,28 +387,29 @@ class _CudaEpoch:
         one batch while this thread's Python takes the previous one's results and receives the next
         (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch)."""
         ld = self.loader
+        pending = []  # [batch, its started decode, seconds waited for it], started and not yet finished
         try:
             torch.cuda.set_device(ld.device)
             with torch.cuda.stream(self.stream):
-                before = None  # (batch, its started decode, seconds waited for it)
                 t = time.perf_counter()
                 for batch in self._items(self.received):
                     if self.stop.is_set():
                         return
                     waited = time.perf_counter() - t
-                    started = self._start(batch)
-                    try:
-                        if before is not None and not self._finish(*before):
-                            return
-                    except BaseException:
-                        self._abandon(batch, started)
-                        raise
-                    before, t = (batch, started, waited), time.perf_counter()
-                if before is not None and not self._finish(*before):
+                    pending.append((batch, self._start(batch), waited))
+                    if len(pending) == 2 and not self._finish(*pending.pop(0)):
+                        return
+                    t = time.perf_counter()
+                if pending and not self._finish(*pending.pop(0)):
                     return
             self._put(_DONE, self.decoded)
         except BaseException as e:  # handed on, raised in the consumer
             self._put(e, self.decoded)
+        finally:
+            # Stopped, or a batch raised: what was started is still decoded; its bytes are released
+            # once the decoder is done reading them (the workers reuse those buffers).
+            for batch, started, _ in pending:
+                self._abandon(batch, started)
 
     def _start(self, batch):
         try:
@@ -418,8 +419,8 @@ class _CudaEpoch:
             raise
 
     def _abandon(self, batch, started):
-        """A started batch that will not be finished (the one before it raised): its bytes are
-        released once the decoder is done reading them."""
+        """A started batch that will not be finished: its bytes are released once the decoder is
+        done reading them."""
         try:
             if started is not None:
                 started.result()

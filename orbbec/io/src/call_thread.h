@@ -1,12 +1,19 @@
-// One background thread that runs queued calls in the order they were queued. The GPU decoder's
-// asynchronous entry (decode_jpeg_cuda_start) queues each batch here, so that the decoder works on
-// one batch while the caller's Python prepares the next or finishes the last, and batches still
-// reach the decoder (and the caller's stream) in the order they were started.
+// One background thread that runs queued calls in the order they were queued, each in two steps:
+// begin, which starts the call's work elsewhere (the GPU decoder's threads) and returns its finish,
+// and finish, which waits for that work and delivers the result. The thread runs a call's finish
+// once the next call has begun, or once the call reports (through `ready`) that its work is done,
+// whichever comes first, so that the decoder's threads go on from one batch's images to the next
+// batch's instead of idling while a batch ends. The GPU decoder's asynchronous entry
+// (decode_jpeg_cuda_start) queues each batch here: the caller's Python prepares the next batch or
+// finishes the last meanwhile, and batches still reach the decoder (and the caller's stream) in the
+// order they were started.
 #pragma once
+#include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <functional>
-#include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -15,6 +22,11 @@ namespace io {
 
 class CallThread {
  public:
+  using Finish = std::function<void()>;
+  // Gets `ready`, to be called (from any thread) once finish would not wait; returns the finish
+  // (empty: nothing to finish). Neither step may throw: each delivers its own failure.
+  using Begin = std::function<Finish(std::function<void()> ready)>;
+
   CallThread() : thread_([this] { loop(); }) {}
 
   ~CallThread() {
@@ -22,42 +34,74 @@ class CallThread {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
     }
-    ready_.notify_one();
+    wake_.notify_one();
     thread_.join();
   }
 
-  // Runs f() after every call queued before it; its result or exception comes through the future.
-  template <typename F>
-  auto submit(F f) -> std::future<decltype(f())> {
-    auto task = std::make_shared<std::packaged_task<decltype(f())()>>(std::move(f));
-    auto result = task->get_future();
+  void submit(Begin begin) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      queue_.emplace_back([task] { (*task)(); });
+      queue_.push_back(std::move(begin));
     }
-    ready_.notify_one();
-    return result;
+    wake_.notify_one();
+  }
+
+  // ORBBEC_NVJPEG_OVERLAP=0: each call finishes before the next begins (for comparison).
+  static bool overlap_default() {
+    const char* env = std::getenv("ORBBEC_NVJPEG_OVERLAP");
+    return !(env && std::atoi(env) == 0);
   }
 
  private:
+  struct Pending {
+    Finish finish;
+    std::shared_ptr<std::atomic<bool>> ready;
+  };
+
   void loop() {
+    Pending pending;
     for (;;) {
-      std::function<void()> call;
+      Begin next;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        ready_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and nothing left to run
-        call = std::move(queue_.front());
-        queue_.pop_front();
+        wake_.wait(lock, [&] {
+          return stop_ || !queue_.empty() || (pending.finish && pending.ready->load());
+        });
+        if (!queue_.empty()) {
+          next = std::move(queue_.front());
+          queue_.pop_front();
+        } else if (!pending.finish) {
+          return;  // stopping, and nothing left to run
+        }
       }
-      call();
+      if (next) {
+        Pending begun;
+        begun.ready = std::make_shared<std::atomic<bool>>(false);
+        // Notified under the lock: `ready` may come after the call was finished for another reason.
+        begun.finish = next([this, flag = begun.ready] {
+          std::lock_guard<std::mutex> lock(mutex_);
+          flag->store(true);
+          wake_.notify_one();
+        });
+        if (pending.finish) pending.finish();
+        pending = std::move(begun);
+        // Without overlap (or with nothing begun) the call finishes now.
+        if (!overlap_ && pending.finish) {
+          pending.finish();
+          pending = Pending();
+        }
+      } else {
+        pending.finish();
+        pending = Pending();
+      }
     }
   }
 
   std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::function<void()>> queue_;
+  std::condition_variable wake_;
+  std::deque<Begin> queue_;
   bool stop_ = false;
+  bool overlap_ = overlap_default();
   std::thread thread_;  // last: starts after the members it uses
 };
 

@@ -4,6 +4,7 @@
 #include <torch/extension.h>
 
 #include <chrono>
+#include <future>
 
 #include "io/src/jpeg_buffer.h"
 #ifdef WITH_NVJPEG
@@ -123,9 +124,10 @@ py::tuple decode_cuda(const py::list& data, int mode, int device, const py::obje
   return to_python(r.out, r.seconds);
 }
 
-// A decode started by decode_cuda_start: the call thread of its device runs it on the stream that
-// was current when it started. wait() gives decode_cuda's tuple plus the seconds it took to get the
-// GIL back once the result was ready.
+// A decode started by decode_cuda_start: the call thread of its device begins it on the stream that
+// was current when it started, and finishes it once the next batch has begun (or its images are
+// done). wait() gives decode_cuda's tuple plus the seconds it took to get the GIL back once the
+// result was ready.
 class PendingDecode {
  public:
   PendingDecode(std::shared_ptr<DecodeInputs> in, std::future<Timed> result)
@@ -172,9 +174,29 @@ std::shared_ptr<PendingDecode> decode_cuda_start(const py::list& data, int mode,
   auto in = inputs_of(data, rois);
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device);
   std::shared_ptr<const std::vector<EncodedImage>> images = in->images;
-  auto result = call_thread(device).submit([images, stream, mode, device, only_path, one_block] {
-    c10::cuda::CUDAStreamGuard on_caller_stream(stream);
-    return decode_timed(*images, mode, device, only_path, one_block);
+  auto promise = std::make_shared<std::promise<Timed>>();
+  std::future<Timed> result = promise->get_future();
+  call_thread(device).submit([=](std::function<void()> ready) -> CallThread::Finish {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<StartedBatch> batch;
+    try {
+      c10::cuda::CUDAStreamGuard on_caller_stream(stream);
+      batch = begin_decode_cuda(*images, static_cast<JpegMode>(mode), device, only_path, one_block,
+                                CallThread::overlap_default(), std::move(ready));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+      return {};
+    }
+    return [images, batch, promise, t0] {
+      try {
+        Timed r;
+        r.out = finish_decode_cuda(*batch);
+        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        promise->set_value(std::move(r));
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    };
   });
   return std::make_shared<PendingDecode>(std::move(in), std::move(result));
 }

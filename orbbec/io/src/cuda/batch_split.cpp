@@ -27,37 +27,43 @@ int hardware_lanes(const PathLists& paths, int max_lanes) {
 }
 
 // The engine's time grows with the pixels of a batch; a hybrid thread decodes one whole image at a
-// time. Moving up to one round of large images (one per idle hybrid thread) off the end of the
-// engine's list shortens a batch of 1080p images while the engine still has more to do than that
-// round (64 images, H100: 5,551-5,970 -> 5,965-6,626 img/s in one call, docs/dev/decode.md). The
-// share is decided by the batch alone (its images' sizes and order) and the thread count, with
-// fixed model rates, never by timing: the two paths' pixels differ slightly, and the same batch
-// must always decode to the same bits. Images under a megapixel stay on the engine: with them a
-// share was slower on the H100 (the engine's submission and the hybrid threads then compete for the
-// host's cores).
-void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, PathLists& paths) {
+// time. Moving large images off the end of the engine's list shortens a batch of 1080p images while
+// the engine still has more to do than the hybrid threads (64 images, H100: 5,551-5,970 ->
+// 5,965-6,626 img/s in one call with one round, docs/dev/decode.md). A single call waits for its
+// hybrid images, so it moves at most one round (one image per hybrid thread); when the next batch
+// overlaps this one (`overlapped`), the threads go on to its images, and the hybrid path's time is
+// its images' total time spread over the threads. The share is decided by the batch alone (its
+// images' sizes and order), the thread count and `overlapped`, with fixed model rates, never by
+// timing: the two paths' pixels differ slightly, and the same batch must always decode to the same
+// bits. Images under a megapixel stay on the engine: with them a share was slower on the H100 (the
+// engine's submission and the hybrid threads then compete for the host's cores).
+void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, bool overlapped, PathLists& paths) {
   // Model rates fitted to the H100's engine alone and its hybrid threads alone, on 1080p and 500 x 375.
   auto engine_s = [](int64_t px) { return 19e-6 + static_cast<double>(px) / 14e9; };
   auto thread_s = [](int64_t px) { return 0.37e-3 + static_cast<double>(px) / 0.38e9; };
   constexpr int64_t kLargeImage = 1'000'000;
   auto& hardware = paths.hardware;
-  // One round less a thread: the call's own Python thread and the engine's submission need cores too
-  // (a full round of 13 on 16 cores was slower than 12 on the H100).
-  const size_t round_size = static_cast<size_t>(std::max(1, hybrid_threads - 1));
-  size_t room = paths.hybrid.size() < round_size ? round_size - paths.hybrid.size() : 0;
+  // One thread less than the pool's hybrid share: the caller's thread and the engine's submission
+  // need cores too (a full round of 13 on 16 cores was slower than 12 on the H100).
+  const size_t threads = static_cast<size_t>(std::max(1, hybrid_threads - 1));
+  size_t room = overlapped ? hardware.size() : (paths.hybrid.size() < threads ? threads - paths.hybrid.size() : 0);
   if (room == 0 || hardware.size() < 2) return;
-  double engine = 0, round = 0;
+  // The hybrid path's time with one more image of `px` pixels.
+  auto with = [&](double hybrid, int64_t px) {
+    return overlapped ? hybrid + thread_s(px) / threads : std::max(hybrid, thread_s(px));
+  };
+  double engine = 0, hybrid = 0;
   for (size_t i : hardware) engine += engine_s(plans[i].pixels);
-  for (size_t i : paths.hybrid) round = std::max(round, thread_s(plans[i].pixels));
+  for (size_t i : paths.hybrid) hybrid = with(hybrid, plans[i].pixels);
   std::vector<bool> moved(hardware.size(), false);
   size_t kept = hardware.size();
   for (size_t k = hardware.size(); k-- > 0 && room > 0 && kept > 1;) {
     const int64_t px = plans[hardware[k]].pixels;
     if (px < kLargeImage) continue;
-    const double next_engine = engine - engine_s(px), next_round = std::max(round, thread_s(px));
-    if (std::max(next_engine, next_round) >= std::max(engine, round)) break;
+    const double next_engine = engine - engine_s(px), next_hybrid = with(hybrid, px);
+    if (std::max(next_engine, next_hybrid) >= std::max(engine, hybrid)) break;
     engine = next_engine;
-    round = next_round;
+    hybrid = next_hybrid;
     moved[k] = true;
     --room;
     --kept;

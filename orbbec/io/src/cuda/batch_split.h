@@ -28,9 +28,10 @@ struct PathLists {
 // Hardware batches in flight at once for the engine's list (0 when it is empty).
 int hardware_lanes(const PathLists& paths, int max_lanes);
 
-// The default: up to one round of large images leaves the end of the engine's list, decided by the
-// batch alone (see the definition).
-void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, PathLists& paths);
+// The default: large images leave the end of the engine's list, decided by the batch alone (see the
+// definition): up to one round of the hybrid threads, or, `overlapped` (the next batch's images
+// keep the threads busy while this one finishes), as many as balance the two paths' total times.
+void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, bool overlapped, PathLists& paths);
 
 // Opt-in (ORBBEC_NVJPEG_SPLIT=1): whole rounds of the hybrid threads move while the measured rates
 // (pixels per second) predict a shorter batch.

@@ -4,8 +4,8 @@
 // hardware batches (one per lane it uses) and one end event after. Consecutive calls overlap in
 // the engine (they take the lanes in turn), so a batch's start-to-end includes waiting for the
 // previous call's batches; the engine's own time for call c runs from the later of c's start and
-// the end of c - 1's batches to the end of c's. Slots are read once their ends have completed, at
-// the start of a later call, so reading never blocks.
+// the end of c - 1's batches to the end of c's. Slots are read once their call has finished and
+// their ends have completed, at the start of a later call, so reading never blocks.
 #pragma once
 #ifdef WITH_NVJPEG
 #include <algorithm>
@@ -46,10 +46,13 @@ class EngineClock {
     s.batches = std::min<int>(batches, static_cast<int>(s.start.size()));
     s.pixels = pixels;
     s.ok = s.batches == batches;
+    s.submitted = false;
     return static_cast<int>(next_++ % kSlots);
   }
   void record_start(int slot, int batch, cudaStream_t stream) { cudaEventRecord(slots_[slot].start[batch], stream); }
   void record_end(int slot, int batch, cudaStream_t stream) { cudaEventRecord(slots_[slot].end[batch], stream); }
+  // Every batch of the slot's call has been submitted (its events recorded): poll may read it.
+  void submitted(int slot) { slots_[slot].submitted = true; }
   // A batch that failed (and was decoded another way) makes its call's timing meaningless.
   void discard(int slot) { slots_[slot].ok = false; }
 
@@ -58,6 +61,7 @@ class EngineClock {
     double rate = 0;
     while (read_ < next_) {
       Slot& s = slots_[read_ % kSlots];
+      if (!s.submitted) return rate;  // its events may still hold an earlier call's records
       for (int b = 0; b < s.batches; ++b) {
         if (cudaEventQuery(s.end[b]) != cudaSuccess) {
           (void)cudaGetLastError();  // not ready: clear, and look again next call
@@ -80,6 +84,7 @@ class EngineClock {
     int batches = 0;
     int64_t pixels = 0;
     bool ok = false;
+    bool submitted = false;
   };
 
   // Milliseconds the engine spent on slot s: from the later of its first start and the end of the

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,7 +71,6 @@ int channels(JpegMode mode) { return mode == JpegMode::GRAY ? 1 : 3; }
 struct Worker {
   cudaStream_t stream = nullptr;
   cudaEvent_t done = nullptr;
-  bool used = false;
 
   nvjpegJpegStream_t header = nullptr;  // for the parse phase
   nvjpegJpegDecoder_t decoder = nullptr;
@@ -82,13 +82,12 @@ struct Worker {
   bool copy_pending[2] = {false, false};
   int next_buffer = 0;
   nvjpegDecodeParams_t params = nullptr;
-
-  double hybrid_seconds = 0;  // host time spent on hybrid images in the current call
 };
 
 // One hardware batch in flight: its nvJPEG state sizes itself to the largest batch of the largest
 // images it has seen, so the decoder keeps only a few of them (not one per thread) to bound memory.
 struct HwLane {
+  std::mutex busy;  // one hardware batch at a time on this state (batches of two calls overlap)
   nvjpegJpegState_t state = nullptr;
   int batch = 0;
   nvjpegOutputFormat_t format = NVJPEG_OUTPUT_UNCHANGED;
@@ -106,6 +105,31 @@ int default_threads() {
 
 int requested_threads = 0;
 
+class Decoder;
+
+// One batch between begin and finish: what its jobs read and write. The jobs hold a plain pointer
+// to it; the last group's on_done holds a reference, so it outlives every job.
+struct Batch : StartedBatch {
+  Decoder* decoder = nullptr;
+  const std::vector<EncodedImage>* images = nullptr;
+  JpegMode mode = JpegMode::RGB;
+  std::vector<DecodedImage> out;
+  std::vector<ImagePlan> plans;
+  PathLists paths;
+  std::vector<std::vector<size_t>> chunks;  // hardware batches (one per lane)
+  size_t first_lane = 0;
+  int clock_slot = -1;
+  cudaStream_t current = nullptr;  // the caller's stream at begin: the results are handed to it
+  std::vector<char> used;                // per worker: it ran a job of this batch
+  std::vector<double> hybrid_seconds;    // per worker: host time on this batch's hybrid images
+  WorkerPool::GroupPtr hardware_jobs, hybrid_jobs;
+  std::atomic<int> groups_left{2};
+  std::function<void()> on_jobs_done;
+  Clock::time_point t_start, t_parsed, t_allocated;
+  bool finished = false;
+  ~Batch() override;
+};
+
 class Decoder {
  public:
   explicit Decoder(int device) : device_(device) {
@@ -120,7 +144,7 @@ class Decoder {
       hw_handle_ = nullptr;
     }
     const int n = requested_threads > 0 ? requested_threads : default_threads();
-    workers_.resize(n);
+    workers_.resize(n + 1);  // the last one for the calling thread, which parses headers too
     for (auto& w : workers_) create(w);
     pool_ = std::make_unique<WorkerPool>(n, [device](int) { cudaSetDevice(device); });
     hybrid_rate_per_thread_ = 3e8;  // px/s, a first guess replaced by measurements
@@ -136,10 +160,15 @@ class Decoder {
     // batches (share_large_images) assumes host cores as fast as the H100 machine's, and on a slower
     // or busier host it cost up to 10% (docs/dev/decode.md).
     if (const char* share = std::getenv("ORBBEC_NVJPEG_SHARE")) share_ = std::atoi(share) != 0;
+    // ORBBEC_NVJPEG_OVERLAP_SHARE=0: batches begun while the previous one finishes take the same
+    // share as single calls (one round of the hybrid threads), for comparison.
+    if (const char* o = std::getenv("ORBBEC_NVJPEG_OVERLAP_SHARE")) overlap_share_ = std::atoi(o) != 0;
     if (hw_handle_) {
-      // Twice the lanes one call uses, so that consecutive calls alternate (see decode()).
-      lanes_.resize(2 * max_lanes_);
-      for (auto& l : lanes_) create(l);
+      // Twice the lanes one call uses, so that consecutive calls alternate (see begin());
+      // ORBBEC_NVJPEG_LANE_SETS=3: three times (a lane then waits for the call three back).
+      int sets = 2;
+      if (const char* env = std::getenv("ORBBEC_NVJPEG_LANE_SETS")) sets = std::max(2, std::atoi(env));
+      for (int l = 0; l < sets * max_lanes_; ++l) create(lanes_.emplace_back());
       engine_clock_ = std::make_unique<EngineClock>(max_lanes_);
     }
     ORBBEC_CUDA(cudaStreamCreateWithFlags(&alloc_stream_, cudaStreamNonBlocking));
@@ -155,8 +184,13 @@ class Decoder {
     if (alloc_stream_) cudaStreamDestroy(alloc_stream_);
   }
 
-  std::vector<DecodedImage> decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path,
-                                   bool one_block);
+  std::shared_ptr<Batch> begin(const std::vector<EncodedImage>& images, JpegMode mode, int only_path, bool one_block,
+                               bool overlapped, std::function<void()> on_jobs_done);
+  std::vector<DecodedImage> finish(Batch& b);
+  void wait_for_jobs(Batch& b) {
+    pool_->wait(b.hardware_jobs);
+    pool_->wait(b.hybrid_jobs);
+  }
   DecoderStats stats() const;
 
  private:
@@ -205,19 +239,20 @@ class Decoder {
   }
 
   void plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& plan, DecodedImage& out);
-  void decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out);
-  void decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch, const std::vector<size_t>& chunk,
-                       const std::vector<EncodedImage>& images, JpegMode mode, std::vector<DecodedImage>& out);
-  void begin(Worker& w) { w.used = true; }
+  // Both add their host time on hybrid images to `hybrid_seconds`.
+  void decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out, double& hybrid_seconds);
+  void decode_hardware(Worker& w, HwLane& lane, Batch& b, int job, double& hybrid_seconds);
 
   int device_;
   nvjpegHandle_t handle_ = nullptr, hw_handle_ = nullptr;
   std::vector<Worker> workers_;
-  std::vector<HwLane> lanes_;
+  std::deque<HwLane> lanes_;
   std::unique_ptr<WorkerPool> pool_;
   // Outputs are allocated on this stream, which runs nothing (see decode()).
   cudaStream_t alloc_stream_ = nullptr;
-  mutable std::mutex mutex_;  // one batch at a time per device (stats() reads under it too)
+  // Begins and finishes take it (one at a time per device), and stats() reads under it; two
+  // batches' jobs may run at once.
+  mutable std::mutex mutex_;
 
   // Measured rates, in output pixels per second, for the split and decoder_stats: the hardware
   // engine's (EngineClock, read calls later so as never to wait for the GPU), and one hybrid
@@ -229,6 +264,7 @@ class Decoder {
   size_t next_lane_ = 0;  // the lane the next call's first hardware batch takes
   bool split_ = false;
   bool share_ = true;
+  bool overlap_share_ = true;
   std::unique_ptr<EngineClock> engine_clock_;  // with the hardware engine only
   DecoderHostTime host_time_;  // the calling thread's phases (under mutex_)
   // The lanes' waits and submissions, in nanoseconds, added from the pool's threads.
@@ -293,9 +329,9 @@ void Decoder::plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& 
   }
 }
 
-void Decoder::decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out) {
+void Decoder::decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out,
+                            double& hybrid_seconds) {
   const auto t0 = Clock::now();
-  begin(w);
   const int b = w.next_buffer;
   w.next_buffer ^= 1;
   // The pinned buffer `b` may still be feeding the copy of the image before last.
@@ -330,12 +366,16 @@ void Decoder::decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, De
                 " (nvJPEG: " + status_name(s) + ")";
     out.unsupported = s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED || s == NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED;
   }
-  w.hybrid_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  hybrid_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch, const std::vector<size_t>& chunk,
-                              const std::vector<EncodedImage>& images, JpegMode mode, std::vector<DecodedImage>& out) {
-  begin(w);
+void Decoder::decode_hardware(Worker& w, HwLane& lane, Batch& b, int job, double& hybrid_seconds) {
+  std::lock_guard<std::mutex> lane_lock(lane.busy);
+  const std::vector<size_t>& chunk = b.chunks[job];
+  const std::vector<EncodedImage>& images = *b.images;
+  const JpegMode mode = b.mode;
+  std::vector<DecodedImage>& out = b.out;
+  const int clock_slot = b.clock_slot, batch = job;
   const int n = static_cast<int>(chunk.size());
   const nvjpegOutputFormat_t format = output_format(mode);
   std::vector<const unsigned char*> data(n);
@@ -401,7 +441,7 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, int clock_slot, int batch
   ++hardware_failures_;
   engine_clock_->discard(clock_slot);
   lane.batch = 0;
-  for (size_t i : chunk) decode_hybrid(w, images[i], mode, out[i]);
+  for (size_t i : chunk) decode_hybrid(w, images[i], mode, out[i], hybrid_seconds);
 }
 
 // The images of a batch as views of one allocation (each at a 512-byte boundary): one block and one
@@ -427,21 +467,32 @@ void allocate_one_block(const std::vector<ImagePlan>& plans, int64_t channels, c
   }
 }
 
-std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& images, JpegMode mode, int only_path,
-                                          bool one_block) {
+Batch::~Batch() {
+  // Jobs still running read and write this batch (a batch begun and never finished).
+  if (!finished && decoder != nullptr) decoder->wait_for_jobs(*this);
+}
+
+std::shared_ptr<Batch> Decoder::begin(const std::vector<EncodedImage>& images, JpegMode mode, int only_path,
+                                      bool one_block, bool overlapped, std::function<void()> on_jobs_done) {
+  auto b = std::make_shared<Batch>();
+  b->images = &images;
+  b->mode = mode;
+  b->on_jobs_done = std::move(on_jobs_done);
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto t_start = Clock::now();
+  b->t_start = Clock::now();
   c10::cuda::CUDAGuard guard(device_);
   const size_t n = images.size();
-  std::vector<DecodedImage> out(n);
-  std::vector<ImagePlan> plans(n);
+  auto& out = b->out;
+  auto& plans = b->plans;
+  out.resize(n);
+  plans.resize(n);
   if (engine_clock_) {
     const double rate = engine_clock_->poll();
     if (rate > 0) hardware_rate_ = 0.7 * hardware_rate_ + 0.3 * rate;
   }
 
   pool_->run(n, [&](int w, size_t i) { plan(workers_[w], images[i], mode, plans[i], out[i]); });
-  const auto t_parsed = Clock::now();
+  b->t_parsed = Clock::now();
 
   // nvJPEG's hardware engine starts writing when nvjpegDecodeBatched is called, not when its stream
   // reaches the call (seen on H100 with nvJPEG 12.3-13.2, and reported to torchcodec): memory that
@@ -451,8 +502,9 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   // it was freed, checked on the host. The decoder's streams therefore need not wait for the
   // current stream at all.
   const auto current = c10::cuda::getCurrentCUDAStream(device_);
+  b->current = current.stream();
   const auto options = at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_);
-  PathLists paths;
+  PathLists& paths = b->paths;
   {
     c10::cuda::CUDAStreamGuard on_alloc(c10::cuda::getStreamFromExternal(alloc_stream_, device_));
     if (one_block) {
@@ -475,66 +527,97 @@ std::vector<DecodedImage> Decoder::decode(const std::vector<EncodedImage>& image
   } else if (only_path == -1 && split_) {
     split_by_rates(plans, hybrid_threads, hardware_rate_, hybrid_rate_per_thread_, paths);
   } else if (only_path == -1 && share_) {
-    share_large_images(plans, hybrid_threads, paths);
+    share_large_images(plans, hybrid_threads, overlapped && overlap_share_, paths);
   }
-  std::vector<size_t>& hardware = paths.hardware;
-  std::vector<size_t>& hybrid = paths.hybrid;
+  const std::vector<size_t>& hardware = paths.hardware;
   lanes = hardware.empty() ? 0 : std::min<int>(lanes, hardware.size());
-  std::vector<std::vector<size_t>> chunks(lanes);
-  for (size_t k = 0; k < hardware.size(); ++k) chunks[k * lanes / hardware.size()].push_back(hardware[k]);
+  b->chunks.resize(lanes);
+  for (size_t k = 0; k < hardware.size(); ++k) b->chunks[k * lanes / hardware.size()].push_back(hardware[k]);
   // Largest hybrid images first, so that no thread is left with a big one at the end.
-  std::stable_sort(hybrid.begin(), hybrid.end(), [&](size_t a, size_t b) { return plans[a].pixels > plans[b].pixels; });
+  std::stable_sort(paths.hybrid.begin(), paths.hybrid.end(),
+                   [&](size_t x, size_t y) { return plans[x].pixels > plans[y].pixels; });
+  b->used.assign(workers_.size(), 0);
+  b->hybrid_seconds.assign(workers_.size(), 0.0);
+  b->t_allocated = Clock::now();
 
-  for (auto& w : workers_) w.hybrid_seconds = 0;
-  const auto t_allocated = Clock::now();
   // Consecutive calls take the lanes in turn: a lane waits for its own previous batch before it
   // submits (decode_hardware), so a call that took the other lane than the call before submits
   // while that call's batch is still in the engine, instead of leaving the engine idle for the
   // whole of nvjpegDecodeBatched's host work. At most one batch per lane is in flight, as before.
-  const size_t first_lane = next_lane_;
-  if (!chunks.empty()) next_lane_ = (next_lane_ + chunks.size()) % lanes_.size();
-  const int clock_slot = chunks.empty() ? -1 : engine_clock_->begin_call(static_cast<int>(chunks.size()), paths.hardware_pixels);
-  pool_->run(chunks.size() + hybrid.size(), [&](int w, size_t job) {
-    try {
-      if (job < chunks.size()) {
-        decode_hardware(workers_[w], lanes_[(first_lane + job) % lanes_.size()], clock_slot, static_cast<int>(job),
-                        chunks[job], images, mode, out);
-      } else {
-        decode_hybrid(workers_[w], images[hybrid[job - chunks.size()]], mode, out[hybrid[job - chunks.size()]]);
-      }
-    } catch (const std::exception& e) {
-      const auto& ids = job < chunks.size() ? chunks[job] : std::vector<size_t>{hybrid[job - chunks.size()]};
-      for (size_t i : ids) out[i].error = e.what();
-    }
-  });
+  b->first_lane = next_lane_;
+  if (!b->chunks.empty()) next_lane_ = (next_lane_ + b->chunks.size()) % lanes_.size();
+  b->clock_slot =
+      b->chunks.empty() ? -1 : engine_clock_->begin_call(static_cast<int>(b->chunks.size()), paths.hardware_pixels);
+  b->decoder = this;
+  Batch* raw = b.get();
+  // The batch is alive until the second group's on_done has run (finish waits for the groups, but
+  // on_done runs just after a group is marked done).
+  auto group_done = [b] {
+    if (--b->groups_left == 0 && b->on_jobs_done) b->on_jobs_done();
+  };
+  // The engine's batches go ahead of earlier batches' hybrid images, so the engine never waits for them.
+  b->hardware_jobs = pool_->post(
+      b->chunks.size(),
+      [this, raw](int w, size_t job) {
+        raw->used[w] = 1;
+        try {
+          decode_hardware(workers_[w], lanes_[(raw->first_lane + job) % lanes_.size()], *raw, static_cast<int>(job),
+                          raw->hybrid_seconds[w]);
+        } catch (const std::exception& e) {
+          for (size_t i : raw->chunks[job]) raw->out[i].error = e.what();
+        }
+      },
+      group_done, /*first=*/true);
+  b->hybrid_jobs = pool_->post(
+      paths.hybrid.size(),
+      [this, raw](int w, size_t job) {
+        raw->used[w] = 1;
+        const size_t i = raw->paths.hybrid[job];
+        try {
+          decode_hybrid(workers_[w], (*raw->images)[i], raw->mode, raw->out[i], raw->hybrid_seconds[w]);
+        } catch (const std::exception& e) {
+          raw->out[i].error = e.what();
+        }
+      },
+      group_done);
+  return b;
+}
 
+std::vector<DecodedImage> Decoder::finish(Batch& b) {
+  wait_for_jobs(b);
   const auto t_jobs = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::cuda::CUDAGuard guard(device_);
   double hybrid_seconds = 0;
-  for (auto& w : workers_) {
-    hybrid_seconds += w.hybrid_seconds;
-    if (!w.used) continue;
-    cudaEventRecord(w.done, w.stream);
-    cudaStreamWaitEvent(current.stream(), w.done, 0);
-    w.used = false;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    hybrid_seconds += b.hybrid_seconds[w];
+    if (!b.used[w]) continue;
+    // A worker may have gone on to the next batch's jobs: the event then also covers some of
+    // those, which only makes the wait longer, never too short.
+    cudaEventRecord(workers_[w].done, workers_[w].stream);
+    cudaStreamWaitEvent(b.current, workers_[w].done, 0);
   }
-  if (hybrid_seconds > 0 && paths.hybrid_pixels > 0) {
-    hybrid_rate_per_thread_ = 0.7 * hybrid_rate_per_thread_ + 0.3 * (paths.hybrid_pixels / hybrid_seconds);
+  if (b.clock_slot >= 0) engine_clock_->submitted(b.clock_slot);
+  if (hybrid_seconds > 0 && b.paths.hybrid_pixels > 0) {
+    hybrid_rate_per_thread_ = 0.7 * hybrid_rate_per_thread_ + 0.3 * (b.paths.hybrid_pixels / hybrid_seconds);
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (!out[i].error.empty()) {
-      out[i].image = at::Tensor();
-    } else if (out[i].path == 0) {
+  std::vector<DecodedImage> out = std::move(b.out);
+  for (auto& o : out) {
+    if (!o.error.empty()) {
+      o.image = at::Tensor();
+    } else if (o.path == 0) {
       ++hardware_images_;
-    } else if (out[i].path == 1) {
+    } else if (o.path == 1) {
       ++hybrid_images_;
     }
   }
   host_time_.calls += 1;
-  host_time_.parse += seconds_between(t_start, t_parsed);
-  host_time_.allocate += seconds_between(t_parsed, t_allocated);
-  host_time_.jobs += seconds_between(t_allocated, t_jobs);
+  host_time_.parse += seconds_between(b.t_start, b.t_parsed);
+  host_time_.allocate += seconds_between(b.t_parsed, b.t_allocated);
+  host_time_.jobs += seconds_between(b.t_allocated, t_jobs);
   host_time_.finish += seconds_between(t_jobs, Clock::now());
   host_time_.hybrid += hybrid_seconds;
+  b.finished = true;
   const cudaError_t e = cudaGetLastError();
   TORCH_CHECK(e == cudaSuccess, "orbbec.io: CUDA error while decoding: ", cudaGetErrorString(e));
   return out;
@@ -576,7 +659,19 @@ Decoder& decoder_for(int device) {
 
 std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
                                            int only_path, bool one_block) {
-  return decoder_for(device).decode(images, mode, only_path, one_block);
+  Decoder& d = decoder_for(device);
+  return d.finish(*d.begin(images, mode, only_path, one_block, false, {}));
+}
+
+std::shared_ptr<StartedBatch> begin_decode_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
+                                                int only_path, bool one_block, bool overlapped,
+                                                std::function<void()> on_jobs_done) {
+  return decoder_for(device).begin(images, mode, only_path, one_block, overlapped, std::move(on_jobs_done));
+}
+
+std::vector<DecodedImage> finish_decode_cuda(StartedBatch& batch) {
+  Batch& b = static_cast<Batch&>(batch);
+  return b.decoder->finish(b);
 }
 
 DecoderStats decoder_stats(int device) { return decoder_for(device).stats(); }

@@ -11,6 +11,8 @@
 #ifdef WITH_NVJPEG
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,21 @@ struct DecodedImage {
 // freed when the last of them is (the loader's batches), instead of one allocation each.
 std::vector<DecodedImage> decode_jpeg_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
                                            int only_path = -1, bool one_block = false);
+
+// decode_jpeg_cuda in two steps, so that one caller can begin batch N+1 before it finishes batch N
+// and the decoder's threads decode the two batches' images side by side: begin parses, allocates
+// on the current stream's behalf and queues the jobs; finish waits for them and hands the results
+// to that stream. `images` must outlive finish. `overlapped`: the caller keeps a next batch begun
+// while this one finishes, so the hybrid path takes a larger share of large images (decided by the
+// batch alone, as decode_jpeg_cuda's). `on_jobs_done` runs (on a decoder thread) once finish would
+// not wait.
+struct StartedBatch {
+  virtual ~StartedBatch() = default;
+};
+std::shared_ptr<StartedBatch> begin_decode_cuda(const std::vector<EncodedImage>& images, JpegMode mode, int device,
+                                                int only_path, bool one_block, bool overlapped,
+                                                std::function<void()> on_jobs_done);
+std::vector<DecodedImage> finish_decode_cuda(StartedBatch& batch);
 
 // Counters and the measured rates of the decoder on `device`, for benchmarks and debugging.
 // Where the calling thread's time went, summed over calls (seconds): parsing the headers,
