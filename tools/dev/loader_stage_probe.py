@@ -4,7 +4,9 @@ loader drives it; images/s and loader.timing() (ms per batch). One measurement p
 workers outlive it for a while), so alternate from the shell:
 
     for r in 1 2; do for m in transform none decode; do
-      python tools/dev/loader_stage_probe.py --workload cls-500x375 --mode $m; done; done"""
+      python tools/dev/loader_stage_probe.py --workload cls-500x375 --mode $m; done; done
+
+--profile: cProfile of the augmenting thread's work (augment_batch and the targets' move), top lines."""
 import argparse
 import os
 import sys
@@ -34,7 +36,19 @@ def main():
     ap.add_argument("--mode", choices=("transform", "none", "decode"), default="transform")
     ap.add_argument("--seconds", type=float, default=2.5)
     ap.add_argument("--workers", type=int, default=9)
+    ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
+    prof = None
+    if a.profile:
+        import cProfile
+
+        import orbbec.data._loader as L
+
+        prof = cProfile.Profile()
+        for name in ("augment_batch", "_pin_and_move"):
+            def wrapped(*args, _f=getattr(L, name)):
+                return prof.runcall(_f, *args)
+            setattr(L, name, wrapped)
     items, batch = build_data(a.workload)
     if a.mode == "decode":
         r, t = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0], ""
@@ -42,6 +56,10 @@ def main():
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
         r, t = run_loader(a.workload, items, batch, a.seconds, a.workers, tf)
     print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
+    if prof is not None:
+        import pstats
+
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":
