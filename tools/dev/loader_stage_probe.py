@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from benchmark_pipeline import build_data, forever, measure, orbbec_transform, run_decode_only  # noqa: E402
 
 
-def run_loader(workload, items, batch, seconds, workers, transform):
+def run_loader(items, batch, seconds, workers, transform):
     from orbbec.data import GPULoader
 
     loader = GPULoader(items, batch, transform=transform, shuffle=True, num_workers=workers, prefetch=4,
@@ -54,7 +54,7 @@ def main():
         r, t = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0], ""
     else:
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
-        r, t = run_loader(a.workload, items, batch, a.seconds, a.workers, tf)
+        r, t = run_loader(items, batch, a.seconds, a.workers, tf)
     print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
     if prof is not None:
         import pstats

@@ -46,11 +46,9 @@ class CallThread {
     wake_.notify_one();
   }
 
-  // ORBBEC_NVJPEG_OVERLAP=0: each call finishes before the next begins (for comparison).
-  static bool overlap_default() {
-    const char* env = std::getenv("ORBBEC_NVJPEG_OVERLAP");
-    return !(env && std::atoi(env) == 0);
-  }
+  // Whether a call's finish may wait for the next call's begin; ORBBEC_NVJPEG_OVERLAP=0 (read when
+  // the thread starts): each call finishes before the next begins (for comparison).
+  bool overlaps() const { return overlap_; }
 
  private:
   struct Pending {
@@ -101,7 +99,10 @@ class CallThread {
   std::condition_variable wake_;
   std::deque<Begin> queue_;
   bool stop_ = false;
-  bool overlap_ = overlap_default();
+  const bool overlap_ = [] {
+    const char* env = std::getenv("ORBBEC_NVJPEG_OVERLAP");
+    return !(env && std::atoi(env) == 0);
+  }();
   std::thread thread_;  // last: starts after the members it uses
 };
 

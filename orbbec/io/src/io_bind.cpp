@@ -106,11 +106,15 @@ struct Timed {
   double seconds = 0;
 };
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 Timed decode_timed(const std::vector<EncodedImage>& images, int mode, int device, int only_path, bool one_block) {
   Timed r;
   const auto t0 = std::chrono::steady_clock::now();
   r.out = decode_jpeg_cuda(images, static_cast<JpegMode>(mode), device, only_path, one_block);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = seconds_since(t0);
   return r;
 }
 
@@ -176,13 +180,15 @@ std::shared_ptr<PendingDecode> decode_cuda_start(const py::list& data, int mode,
   std::shared_ptr<const std::vector<EncodedImage>> images = in->images;
   auto promise = std::make_shared<std::promise<Timed>>();
   std::future<Timed> result = promise->get_future();
-  call_thread(device).submit([=](std::function<void()> ready) -> CallThread::Finish {
+  CallThread& thread = call_thread(device);
+  const bool overlapped = thread.overlaps();
+  thread.submit([=](std::function<void()> ready) -> CallThread::Finish {
     const auto t0 = std::chrono::steady_clock::now();
     std::shared_ptr<StartedBatch> batch;
     try {
       c10::cuda::CUDAStreamGuard on_caller_stream(stream);
       batch = begin_decode_cuda(*images, static_cast<JpegMode>(mode), device, only_path, one_block,
-                                CallThread::overlap_default(), std::move(ready));
+                                overlapped, std::move(ready));
     } catch (...) {
       promise->set_exception(std::current_exception());
       return {};
@@ -191,7 +197,7 @@ std::shared_ptr<PendingDecode> decode_cuda_start(const py::list& data, int mode,
       try {
         Timed r;
         r.out = finish_decode_cuda(*batch);
-        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        r.seconds = seconds_since(t0);
         promise->set_value(std::move(r));
       } catch (...) {
         promise->set_exception(std::current_exception());

@@ -87,11 +87,6 @@ class WorkerPool {
     finished_.wait(lock, [&] { return g->remaining == 0; });
   }
 
-  bool done(const GroupPtr& g) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return g->remaining == 0;
-  }
-
   // post(first) and wait, with the calling thread taking jobs too, as worker size(): one caller at a
   // time (the decoder calls it under its lock), so that a short group (a batch's headers) never
   // waits for a pool thread to come free.
