@@ -82,6 +82,42 @@ def test_batches_are_the_shuffled_order_and_epochs_differ(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_the_next_epoch_read_ahead_is_the_one_asked_for(device):
+    """On the GPU the loader's threads go on into the next epoch while this one is consumed; what is
+    served is still exactly the epoch (and seed) asked for: the next one, one set by set_epoch, or
+    one after the seed changed. Each is compared with a fresh loader's."""
+    ds = JpegDataset(12)
+    make = lambda seed: GPULoader(ds, 4, transform=_transform(), shuffle=True, seed=seed, device=device, num_workers=2)
+
+    def fresh(epoch, seed=3):
+        ld = make(seed)
+        ld.set_epoch(epoch)
+        return list(ld)
+
+    def same(a, b):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert torch.equal(x["label"], y["label"]) and torch.equal(x["image"], y["image"])
+
+    ld = make(3)
+    first = list(ld)
+    threads = ld._batches
+    second = list(ld)  # epoch 1, read ahead during epoch 0
+    if device != "cpu":
+        assert threads is not None and ld._batches is threads, "the threads did not go on into the next epoch"
+    ld.set_epoch(5)
+    fifth = list(ld)
+    ld.seed = 4
+    ld.set_epoch(0)
+    reseeded = list(ld)
+    same(first, fresh(0))
+    same(second, fresh(1))
+    same(fifth, fresh(5))
+    same(reseeded, fresh(0, seed=4))
+    assert not torch.equal(first[0]["label"], second[0]["label"]) or not torch.equal(first[1]["label"], second[1]["label"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_resume_mid_epoch_gives_the_rest_of_the_epoch(device):
     ds = JpegDataset(20)
     make = lambda: GPULoader(ds, 3, transform=_transform(), shuffle=True, seed=5, device=device, num_workers=2)
@@ -265,9 +301,9 @@ def test_worker_batches_arrive_intact_through_reused_slots():
     ds = JpegDataset(24)
     slots = SlotTable(2, 3)
     cfg = _loader._Config(ds, _transform(), torch.device("cuda"), "RGB", "raise", "padded", 0.0, None, 0, slots)
-    keys = _loader._EpochKeys()
+    keys = _loader._Keys()
     batches = [[(3 * k + j) % 24 for j in range(5 + k % 3)] for k in range(16)]  # sizes vary
-    keys.keys = [(0, 7, b) for b in batches]
+    keys.source = [(0, 7, b) for b in batches]
     reader = torch.utils.data.DataLoader(_loader._Batches(cfg), batch_size=None, sampler=keys, num_workers=2,
                                          collate_fn=_loader._identity, prefetch_factor=1)
     received, fresh = 0, 0

@@ -1,24 +1,20 @@
-"""GPULoader: DataLoader workers read bytes and draw the augmentation; a background thread decodes
-and augments each batch on the GPU on a side stream, `prefetch` batches ahead of the training step;
-the consumer's stream waits on an event, so nothing synchronises the host in the steady state."""
+"""GPULoader: DataLoader workers read bytes and draw the augmentation; background threads decode
+and augment each batch on the GPU on a side stream, `prefetch` batches ahead of the training step
+(_stream.py); the consumer's stream waits on an event, so nothing synchronises the host in the steady
+state."""
 from __future__ import annotations
 
-import gc
-import queue
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
 import torch
 
-from ..io import JpegDecodeError, start_decode
-from ..io import last_call as io_last_call
 from . import _order
-from ._samples import HostBatch, prepare, select_rows
+from ._samples import HostBatch, prepare
 from ._shared import SlotTable
-
-_DONE = object()
+from ._stages import assemble
+from ._stream import Counters, GpuStream, start_workers
 
 
 def _identity(x):
@@ -55,6 +51,7 @@ class _Batches(torch.utils.data.Dataset):
         epoch, seed, indices = key
         batch = prepare(cfg.dataset, indices, transform=cfg.transform, seed=seed, epoch=epoch,
                         box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged)
+        batch.extra["epoch"], batch.extra["seed"] = epoch, seed  # the consumer checks the key it gets
         if cfg.device.type == "cpu":
             assemble(cfg, batch)  # the CPU path decodes and augments in the worker too
         else:
@@ -64,17 +61,46 @@ class _Batches(torch.utils.data.Dataset):
         return batch
 
 
-class _EpochKeys(torch.utils.data.Sampler):
-    """The keys of the epoch being read; set before each pass."""
+class _Keys(torch.utils.data.Sampler):
+    """The keys the workers read next, set before each pass: an epoch's list, or a _Plan that goes
+    on into the following epochs."""
 
     def __init__(self):
-        self.keys = []
+        self.source = []
 
     def __iter__(self):
-        return iter(list(self.keys))
+        return iter(self.source)
 
     def __len__(self):
-        return len(self.keys)
+        return len(self.source)
+
+
+class _Plan:
+    """The loader's own order from (epoch, skip) on, epoch after epoch, each epoch's order computed
+    when the workers reach it, with the arguments of the moment the plan was made (a later change,
+    e.g. of the seed, is caught by the consumer's key check)."""
+
+    def __init__(self, loader: "GPULoader", epoch: int, skip: int):
+        self.n, self.batch_size, self.drop_last = len(loader.dataset), loader.batch_size, loader.drop_last
+        self.shuffle, self.seed, self.rank, self.world_size = loader.shuffle, loader.seed, loader.rank, loader.world_size
+        self.epoch, self.skip = epoch, skip
+
+    def keys(self, epoch: int, skip: int = 0) -> list:
+        indices = _order.epoch_indices(self.n, shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=self.rank,
+                                       world_size=self.world_size, drop_last=self.drop_last)
+        return [(epoch, self.seed, b) for b in _order.batches_of(indices, self.batch_size, self.drop_last, skip=skip)]
+
+    def __iter__(self):
+        epoch, skip = self.epoch, self.skip
+        while True:
+            keys = self.keys(epoch, skip)
+            if not keys and skip == 0:
+                return  # epochs without batches: nothing would ever come
+            yield from keys
+            epoch, skip = epoch + 1, 0
+
+    def __len__(self):
+        return len(self.keys(self.epoch, self.skip))
 
 
 class GPULoader:
@@ -119,10 +145,11 @@ class GPULoader:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.epoch, self.batches_served, self.skipped = 0, 0, []
-        self._timing = _Timing()
+        self._counters = Counters(_Timing)
         self._resume = False  # the next __iter__ continues the epoch (after load_state_dict)
-        self._stream = None
-        self._keys = _EpochKeys()
+        self._cuda_stream = None  # the side stream of the GPU path
+        self._batches: Optional[GpuStream] = None  # the GPU path's background threads, across epochs
+        self._keys = _Keys()
         # Workers start once and serve every epoch: forking them per epoch cost more than a short
         # epoch's decoding.
         slots = None
@@ -143,9 +170,9 @@ class GPULoader:
         waiting for the consumer to take a batch (prefetch queue full: the loader is ahead). Large
         `workers` means more num_workers would help. reset=True starts the counts afresh (e.g. after a warm-up,
         whose first batches also size the decoder's buffers)."""
-        out = self._timing.summary()
+        out = self._counters.timing.summary()
         if reset:
-            self._timing = _Timing()
+            self._counters.timing = _Timing()
         return out
 
     # DataLoader / DistributedSampler interface -------------------------------------------------
@@ -174,9 +201,40 @@ class GPULoader:
         skip = self.batches_served if self._resume else 0
         self._resume, self.batches_served = False, skip
         batches = _order.batches_of(self._indices(), self.batch_size, self.drop_last, skip=skip)
-        self._keys.keys = [(self.epoch, self.seed, b) for b in batches]
-        it = _CudaEpoch(self, self._reader) if self.device.type == "cuda" else start_workers(self._reader)
-        return _Epoch(self, it)
+        keys = [(self.epoch, self.seed, b) for b in batches]
+        if self.device.type == "cuda":
+            return _Epoch(self, _CudaEpoch(self, keys, skip))
+        self._keys.source = keys
+        return _Epoch(self, start_workers(self._reader))
+
+    def _start_stream(self, keys: list, skip: int) -> GpuStream:
+        """Background threads reading from this epoch's batch `skip` on: with the loader's own order
+        on into the next epochs; with a user's sampler (whose next order is the user's) this epoch only."""
+        self._close_stream()
+        continuous = self.sampler is None
+        self._keys.source = _Plan(self, self.epoch, skip) if continuous else keys
+        if self._cuda_stream is None:
+            # High priority: the decoder's kernels and copies are short and the training step waits
+            # for them; behind a step's long kernels they would stretch the decode of every batch.
+            self._cuda_stream = torch.cuda.Stream(self.device, priority=-1)
+        self._batches = GpuStream(self._reader, self._cfg, self._counters, self._cuda_stream, self.prefetch)
+        self._batches.continuous = continuous
+        return self._batches
+
+    def _close_stream(self, stream: Optional[GpuStream] = None, wait: bool = True) -> None:
+        """Stops the background threads (`stream`'s only if it is still the loader's)."""
+        s = self._batches
+        if s is not None and (stream is None or stream is s):
+            self._batches = None
+            s.stop.set()
+            if wait:  # before the DataLoader is iterated again: one pass at a time
+                s.close()
+
+    def __del__(self):
+        try:
+            self._close_stream(wait=False)
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
+            pass
 
     def _output(self, batch: HostBatch):
         if batch.kind == "dict":
@@ -188,91 +246,6 @@ class GPULoader:
             out = (batch.images, *batch.targets)
             return out + (batch.params,) if self.return_params else out
         return (batch.images, batch.params) if self.return_params else batch.images
-
-
-def start_workers(reader):
-    """iter(reader), its workers forked (the first time) with the garbage collector frozen, so that a
-    worker never collects what it inherits: a reference cycle holding a CUDA tensor, collected in a
-    worker, freed it there, and CUDA aborted the forked process (seen in the CUDA tests; likely a
-    block used on another stream, whose free records CUDA events)."""
-    gc.freeze()
-    try:
-        return iter(reader)
-    finally:
-        gc.unfreeze()
-
-
-def assemble(cfg: _Config, batch: HostBatch) -> None:
-    """Decodes and augments a batch on cfg.device (in the current stream)."""
-    decode_batch(cfg, batch)
-    augment_batch(cfg, batch)
-
-
-def decode_batch(cfg: _Config, batch: HostBatch) -> None:
-    """Decodes the batch's images (in the current stream); leaves in batch.extra the images and the
-    rows (samples) kept, and raises for a bad sample when on_error="raise"."""
-    finish_decode(cfg, batch, start_decode_batch(cfg, batch))
-
-
-def start_decode_batch(cfg: _Config, batch: HostBatch):
-    """Starts decoding the batch's encoded images (on the GPU the decoder works on them while the
-    caller goes on; on the CPU they are decoded now); None when there are none."""
-    encoded = batch.buffers()
-    pos = [i for i, e in enumerate(encoded) if e is not None]
-    batch.extra["encoded_rows"] = pos
-    t0 = time.perf_counter()
-    started = start_decode([encoded[i] for i in pos], device=cfg.device, mode=cfg.mode) if pos else None
-    batch.extra["start_s"] = time.perf_counter() - t0
-    return started
-
-
-def finish_decode(cfg: _Config, batch: HostBatch, started) -> None:
-    """Takes the result of start_decode_batch (see decode_batch)."""
-    pos = batch.extra.pop("encoded_rows")
-    images = list(batch.decoded)
-    t0 = time.perf_counter()
-    if pos:
-        decoded, _ = started.result()
-        if cfg.device.type == "cuda":
-            batch.extra["native_s"] = getattr(io_last_call, "native_s", 0.0)
-            batch.extra["gil_s"] = getattr(io_last_call, "gil_s", 0.0)
-        for i, img in zip(pos, decoded):
-            images[i] = img
-            if img is None and not batch.errors[i]:
-                batch.errors[i] = "could not be decoded"
-    rows = [i for i, img in enumerate(images) if img is not None and not batch.errors[i]]
-    kept = set(rows)
-    bad = [i for i in range(len(images)) if i not in kept]
-    if bad and cfg.on_error == "raise":
-        i = bad[0]
-        raise JpegDecodeError(f"GPULoader: sample {batch.indices[i]} (position {i} of its batch): "
-                              f"{batch.errors[i] or 'could not be decoded'}", batch.indices[i])
-    batch.extra["rows"], batch.extra["bad"] = rows, [batch.indices[i] for i in bad]
-    # The decoder's images are on cfg.device already; only images the dataset gave decoded may move.
-    for i, given in enumerate(batch.decoded):
-        if given is not None and images[i] is not None and images[i].device != cfg.device:
-            images[i] = images[i].to(cfg.device, non_blocking=True)
-    batch.extra["images"] = [images[i] for i in rows]
-    batch.extra["decode_s"] = batch.extra.pop("start_s", 0.0) + time.perf_counter() - t0
-
-
-def augment_batch(cfg: _Config, batch: HostBatch) -> None:
-    """Warps (and normalises) the decoded images of decode_batch into batch.images; the targets keep
-    the rows kept."""
-    rows, images = batch.extra["rows"], batch.extra.pop("images")
-    if not rows:
-        batch.images = None
-    elif cfg.transform is None:
-        batch.images = images
-    else:
-        from ..augment import Params
-        p = batch.params
-        params = Params(p.matrices[rows] if len(rows) < len(p.samples) else p.matrices, p.size,
-                        [p.samples[i] for i in rows])
-        batch.params = params
-        batch.images = cfg.transform.apply(images, params, border_value=cfg.border_value)
-    if len(rows) < len(batch.indices):
-        batch.targets = select_rows(batch, rows)
 
 
 class _Timing:
@@ -326,194 +299,49 @@ class _Epoch:
 
 
 class _CudaEpoch:
-    """Three background threads, so that each stage overlaps the others' next batch: one takes the
-    workers' batches off the DataLoader (unpickling), one decodes them and one warps them, both on
-    the loader's side stream (stream order keeps each warp after its decode); the results are handed
-    over to the consumer's current stream."""
+    """One epoch's batches off the loader's background threads, each batch's key checked against the
+    one this epoch expects: threads that went on with other keys (another epoch was set, the seed
+    changed, a resume) are replaced at the epoch's first batch."""
 
-    def __init__(self, loader: GPULoader, reader):
-        self.loader, self.reader = loader, reader
-        if loader._stream is None:
-            # High priority: the decoder's kernels and copies are short and the training step waits
-            # for them; behind a step's long kernels they would stretch the decode of every batch.
-            loader._stream = torch.cuda.Stream(loader.device, priority=-1)
-        self.stream = loader._stream
-        self.queue: "queue.Queue" = queue.Queue(maxsize=loader.prefetch)
-        self.received: "queue.Queue" = queue.Queue(maxsize=2)
-        self.decoded: "queue.Queue" = queue.Queue(maxsize=1)
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._receive, name="orbbec-loader-receive", daemon=True),
-                        threading.Thread(target=self._decode, name="orbbec-loader-decode", daemon=True),
-                        threading.Thread(target=self._augment, name="orbbec-loader-augment", daemon=True)]
-        for t in self.threads:
-            t.start()
-
-    def _put(self, item, q=None) -> bool:
-        q = self.queue if q is None else q
-        while not self.stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _receive(self):
-        try:
-            for batch in start_workers(self.reader):
-                batch.unpack(self.loader._cfg.slots)
-                if not self._put(batch, self.received):
-                    return
-            self._put(_DONE, self.received)
-        except BaseException as e:  # handed on, raised in the consumer
-            self._put(e, self.received)
-
-    def _items(self, q):
-        while True:
-            try:
-                item = q.get(timeout=0.1)
-            except queue.Empty:
-                if self.stop.is_set():  # closed early: the stage before has stopped too
-                    return
-                continue
-            if item is _DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def _decode(self):
-        """Starts each batch's decode, then finishes the batch before it, so that the decoder works on
-        one batch while this thread's Python takes the previous one's results and receives the next
-        (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch)."""
-        ld = self.loader
-        pending = []  # [batch, its started decode, seconds waited for it], started and not yet finished
-        try:
-            torch.cuda.set_device(ld.device)
-            with torch.cuda.stream(self.stream):
-                t = time.perf_counter()
-                for batch in self._items(self.received):
-                    if self.stop.is_set():
-                        return
-                    waited = time.perf_counter() - t
-                    pending.append((batch, self._start(batch), waited))
-                    if len(pending) == 2 and not self._finish(*pending.pop(0)):
-                        return
-                    t = time.perf_counter()
-                if pending and not self._finish(*pending.pop(0)):
-                    return
-            self._put(_DONE, self.decoded)
-        except BaseException as e:  # handed on, raised in the consumer
-            self._put(e, self.decoded)
-        finally:
-            # Stopped, or a batch raised: what was started is still decoded; its bytes are released
-            # once the decoder is done reading them (the workers reuse those buffers).
-            for batch, started, _ in pending:
-                self._abandon(batch, started)
-
-    def _start(self, batch):
-        try:
-            return start_decode_batch(self.loader._cfg, batch)
-        except BaseException:
-            self._release(batch)
-            raise
-
-    def _abandon(self, batch, started):
-        """A started batch that will not be finished: its bytes are released once the decoder is
-        done reading them."""
-        try:
-            if started is not None:
-                started.result()
-        except BaseException:  # noqa: BLE001 (the exception that stops the loader is the earlier one)
-            pass
-        self._release(batch)
-
-    def _release(self, batch):
-        """The batch's shared bytes are free once the GPU work queued so far has run."""
-        if batch.slot is not None:
-            event = torch.cuda.Event()
-            event.record(self.stream)
-            self.loader._cfg.slots.release_after(*batch.slot, event)
-            batch.slot = None
-
-    def _finish(self, batch, started, waited) -> bool:
-        ld = self.loader
-        try:
-            finish_decode(ld._cfg, batch, started)
-        finally:
-            self._release(batch)
-        x = batch.extra
-        t = time.perf_counter()
-        if not self._put(batch, self.decoded):
-            return False
-        ld._timing.add(workers=waited, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
-                       decode_gil=x.get("gil_s", 0.0), augment_wait=time.perf_counter() - t)
-        return True
-
-    def _augment(self):
-        ld = self.loader
-        try:
-            torch.cuda.set_device(ld.device)
-            with torch.cuda.stream(self.stream):
-                for batch in self._items(self.decoded):
-                    if self.stop.is_set():
-                        return
-                    t1 = time.perf_counter()
-                    augment_batch(ld._cfg, batch)
-                    _pin_and_move(batch, ld.device)
-                    event = torch.cuda.Event()
-                    event.record(self.stream)
-                    t2 = time.perf_counter()
-                    if not self._put((batch, event)):
-                        return
-                    ld._timing.add(batch_done=True, augment=t2 - t1, consumer=time.perf_counter() - t2)
-            self._put(_DONE)
-        except BaseException as e:  # handed to the consumer, raised there
-            self._put(e)
+    def __init__(self, loader: GPULoader, keys: list, skip: int):
+        self.loader, self.keys, self.skip, self.pos, self.stream = loader, keys, skip, 0, None
 
     def __next__(self) -> HostBatch:
-        item = self.queue.get()
-        if item is _DONE:
-            self.close()
+        ld = self.loader
+        if self.pos == len(self.keys):
             raise StopIteration
-        if isinstance(item, BaseException):
-            self.close()
-            raise item
-        batch, event = item
-        consumer = torch.cuda.current_stream(self.loader.device)
-        consumer.wait_event(event)
-        for t in _tensors(batch):
-            if t.is_cuda:
-                t.record_stream(consumer)  # the allocator must not reuse them before the consumer is done
+        fresh = self.stream is None and ld._batches is None
+        if self.stream is None:
+            self.stream = ld._batches or ld._start_stream(self.keys, self.skip)
+        batch = self._pull()
+        if self.pos == 0 and not fresh and _key(batch) != self.keys[0]:
+            self.stream = ld._start_stream(self.keys, self.skip)
+            batch = self._pull()
+        if batch is None:
+            raise StopIteration
+        if _key(batch) != self.keys[self.pos]:  # cannot happen: the stream serves its keys in order
+            ld._close_stream(self.stream)
+            raise RuntimeError(f"GPULoader: expected the batch of {self.keys[self.pos][:2]} at position {self.pos}, "
+                               f"got {_key(batch)[:2]}")
+        self.pos += 1
+        if self.pos == len(self.keys) and not self.stream.continuous:
+            ld._close_stream(self.stream)
         return batch
 
+    def _pull(self) -> Optional[HostBatch]:
+        try:
+            return self.stream.next_batch()
+        except StopIteration:
+            return None
+        except BaseException:
+            self.loader._close_stream(self.stream)
+            raise
+
     def close(self):
-        self.stop.set()
-        for t in self.threads:
-            if t.is_alive() and threading.current_thread() is not t:
-                t.join(timeout=10)
+        """An epoch left before its end stops its threads (they read ahead of where it stopped)."""
+        if self.stream is not None and self.pos < len(self.keys):
+            self.loader._close_stream(self.stream)
 
 
-def _tensors(batch: HostBatch):
-    stack = [batch.images, batch.targets, batch.params.matrices if batch.params is not None else None]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, torch.Tensor):
-            yield v
-        elif isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-
-
-def _pin_and_move(batch: HostBatch, device) -> None:
-    """Targets to the GPU from pinned memory, asynchronously on the current (side) stream."""
-    def move(v):
-        if isinstance(v, torch.Tensor):
-            return v.pin_memory().to(device, non_blocking=True) if v.device.type == "cpu" else v
-        if isinstance(v, dict):
-            return {k: move(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [move(x) for x in v]
-        return v
-    batch.targets = move(batch.targets)
+def _key(batch: Optional[HostBatch]):
+    return None if batch is None else (batch.extra.get("epoch"), batch.extra.get("seed"), batch.indices)

@@ -1,0 +1,236 @@
+"""The GPU path's background threads: one takes the workers' batches off the DataLoader (unpickling),
+one decodes them and one warps them, both on the loader's side stream (stream order keeps each warp
+after its decode); the consumer's stream waits on an event per batch, so nothing synchronises the host.
+
+The threads outlive an epoch: with the loader's own order they go on into the next epochs' batches
+while the consumer finishes this one, so an epoch boundary does not empty the pipeline (restarting it
+cost about one batch's decode and the workers' first batch per epoch: 5-9% of a 64-batch epoch, and
+the training step's GPU idled meanwhile). Each batch carries its key (epoch, seed, indices); the
+consumer checks it against the key it expects, so a stream that guessed wrong (set_epoch to another
+epoch, a changed seed, a resume) is replaced, never served."""
+from __future__ import annotations
+
+import gc
+import queue
+import threading
+import time
+
+import torch
+
+from ._stages import augment_batch, finish_decode, start_decode_batch
+
+DONE = object()
+
+
+def start_workers(reader):
+    """iter(reader), its workers forked (the first time) with the garbage collector frozen, so that a
+    worker never collects what it inherits: a reference cycle holding a CUDA tensor, collected in a
+    worker, freed it there, and CUDA aborted the forked process (seen in the CUDA tests; likely a
+    block used on another stream, whose free records CUDA events)."""
+    gc.freeze()
+    try:
+        return iter(reader)
+    finally:
+        gc.unfreeze()
+
+
+class Counters:
+    """The loader's timing record, shared by the loader and its stream (which must not point back at
+    the loader: its threads would keep it alive)."""
+
+    def __init__(self, make):
+        self.make = make
+        self.timing = make()
+
+
+class GpuStream:
+    """The batches of `reader` (a DataLoader over the loader's keys), decoded and augmented on the
+    CUDA `stream`, `prefetch` batches ahead; next_batch() hands one over to the current stream."""
+
+    def __init__(self, reader, cfg, counters: Counters, stream, prefetch: int):
+        self.reader, self.cfg, self.counters, self.stream = reader, cfg, counters, stream
+        self.device = cfg.device
+        self.queue: "queue.Queue" = queue.Queue(maxsize=prefetch)
+        self.received: "queue.Queue" = queue.Queue(maxsize=2)
+        self.decoded: "queue.Queue" = queue.Queue(maxsize=1)
+        self.stop = threading.Event()
+        self.finished = False  # DONE or an exception was handed out: nothing more will come
+        self.threads = [threading.Thread(target=self._receive, name="orbbec-loader-receive", daemon=True),
+                        threading.Thread(target=self._decode, name="orbbec-loader-decode", daemon=True),
+                        threading.Thread(target=self._augment, name="orbbec-loader-augment", daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    # the consumer's side ------------------------------------------------------------------------
+    def next_batch(self):
+        """The next batch, ready on the current stream; StopIteration when the plan has ended."""
+        if self.finished:
+            raise StopIteration
+        item = self.queue.get()
+        if item is DONE:
+            self.finished = True
+            self.close()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.finished = True
+            self.close()
+            raise item
+        batch, event = item
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(event)
+        for t in _tensors(batch):
+            if t.is_cuda:
+                t.record_stream(consumer)  # the allocator must not reuse them before the consumer is done
+        return batch
+
+    def close(self):
+        self.stop.set()
+        for t in self.threads:
+            if t.is_alive() and threading.current_thread() is not t:
+                t.join(timeout=10)
+
+    # the threads --------------------------------------------------------------------------------
+    def _put(self, item, q=None) -> bool:
+        q = self.queue if q is None else q
+        while not self.stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _items(self, q):
+        while True:
+            try:
+                item = q.get(timeout=0.1)
+            except queue.Empty:
+                if self.stop.is_set():  # closed early: the stage before has stopped too
+                    return
+                continue
+            if item is DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def _receive(self):
+        try:
+            for batch in start_workers(self.reader):
+                batch.unpack(self.cfg.slots)
+                if not self._put(batch, self.received):
+                    return
+            self._put(DONE, self.received)
+        except BaseException as e:  # handed on, raised in the consumer
+            self._put(e, self.received)
+
+    def _decode(self):
+        """Starts each batch's decode, then finishes the batch before it, so that the decoder works on
+        one batch while this thread's Python takes the previous one's results and receives the next
+        (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch)."""
+        pending = []  # [batch, its started decode, seconds waited for it], started and not yet finished
+        try:
+            torch.cuda.set_device(self.device)
+            with torch.cuda.stream(self.stream):
+                t = time.perf_counter()
+                for batch in self._items(self.received):
+                    if self.stop.is_set():
+                        return
+                    waited = time.perf_counter() - t
+                    pending.append((batch, self._start(batch), waited))
+                    if len(pending) == 2 and not self._finish(*pending.pop(0)):
+                        return
+                    t = time.perf_counter()
+                if pending and not self._finish(*pending.pop(0)):
+                    return
+            self._put(DONE, self.decoded)
+        except BaseException as e:  # handed on, raised in the consumer
+            self._put(e, self.decoded)
+        finally:
+            # Stopped, or a batch raised: what was started is still decoded; its bytes are released
+            # once the decoder is done reading them (the workers reuse those buffers).
+            for batch, started, _ in pending:
+                self._abandon(batch, started)
+
+    def _start(self, batch):
+        try:
+            return start_decode_batch(self.cfg, batch)
+        except BaseException:
+            self._release(batch)
+            raise
+
+    def _abandon(self, batch, started):
+        """A started batch that will not be finished: its bytes are released once the decoder is
+        done reading them."""
+        try:
+            if started is not None:
+                started.result()
+        except BaseException:  # noqa: BLE001 (the exception that stops the loader is the earlier one)
+            pass
+        self._release(batch)
+
+    def _release(self, batch):
+        """The batch's shared bytes are free once the GPU work queued so far has run."""
+        if batch.slot is not None:
+            event = torch.cuda.Event()
+            event.record(self.stream)
+            self.cfg.slots.release_after(*batch.slot, event)
+            batch.slot = None
+
+    def _finish(self, batch, started, waited) -> bool:
+        try:
+            finish_decode(self.cfg, batch, started)
+        finally:
+            self._release(batch)
+        x = batch.extra
+        t = time.perf_counter()
+        if not self._put(batch, self.decoded):
+            return False
+        self.counters.timing.add(workers=waited, decode=x.get("decode_s", 0.0), decode_native=x.get("native_s", 0.0),
+                                 decode_gil=x.get("gil_s", 0.0), augment_wait=time.perf_counter() - t)
+        return True
+
+    def _augment(self):
+        try:
+            torch.cuda.set_device(self.device)
+            with torch.cuda.stream(self.stream):
+                for batch in self._items(self.decoded):
+                    if self.stop.is_set():
+                        return
+                    t1 = time.perf_counter()
+                    augment_batch(self.cfg, batch)
+                    _pin_and_move(batch, self.device)
+                    event = torch.cuda.Event()
+                    event.record(self.stream)
+                    t2 = time.perf_counter()
+                    if not self._put((batch, event)):
+                        return
+                    self.counters.timing.add(batch_done=True, augment=t2 - t1, consumer=time.perf_counter() - t2)
+            self._put(DONE)
+        except BaseException as e:  # handed to the consumer, raised there
+            self._put(e)
+
+
+def _tensors(batch):
+    stack = [batch.images, batch.targets, batch.params.matrices if batch.params is not None else None]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+
+
+def _pin_and_move(batch, device) -> None:
+    """Targets to the GPU from pinned memory, asynchronously on the current (side) stream."""
+    def move(v):
+        if isinstance(v, torch.Tensor):
+            return v.pin_memory().to(device, non_blocking=True) if v.device.type == "cpu" else v
+        if isinstance(v, dict):
+            return {k: move(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [move(x) for x in v]
+        return v
+    batch.targets = move(batch.targets)
