@@ -117,6 +117,26 @@ def test_the_next_epoch_read_ahead_is_the_one_asked_for(device):
     assert not torch.equal(first[0]["label"], second[0]["label"]) or not torch.equal(first[1]["label"], second[1]["label"])
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="the warp in the GPU decoder's thread needs CUDA")
+@pytest.mark.parametrize("colour", [False, True])
+def test_the_warp_in_the_decoders_thread_is_compose_apply(colour, monkeypatch):
+    """The loader warps each batch in the GPU decoder's thread (the decoded images never reach
+    Python); its batches are bit for bit Compose.apply's on decode_jpeg's images with the same
+    drawn parameters, with and without a photometric transform after the warp."""
+    from orbbec.data import _stages
+    from orbbec.io import decode_jpeg
+
+    real, used = _stages.start_decode_warped, []
+    monkeypatch.setattr(_stages, "start_decode_warped", lambda *a, **k: used.append(1) or real(*a, **k))
+    ds = JpegDataset(10)
+    tf = _transform(colour)
+    for b in GPULoader(ds, 5, transform=tf, shuffle=True, seed=4, device="cuda", return_params=True):
+        labels = b["label"].tolist()
+        want = tf.apply(decode_jpeg([ds.jpegs[i] for i in labels], device="cuda"), b["params"])
+        assert torch.equal(b["image"], want)
+    assert len(used) >= 2  # (and the next epoch's, read ahead)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_resume_mid_epoch_gives_the_rest_of_the_epoch(device):
     ds = JpegDataset(20)
@@ -255,6 +275,30 @@ def test_two_processes_shard_the_dataset_and_draw_the_same_parameters(tmp_path):
     for shard in shards:
         for i, (img, boxes) in shard.items():
             assert torch.equal(img, single[i][0]) and torch.equal(boxes, single[i][1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_script_ending_with_its_loader_reading_ahead_exits_cleanly(tmp_path, device):
+    """A training script that ends after its last epoch while the loader's threads still read the
+    next one: the process exits with status 0 (it once aborted while a thread waited for the GPU
+    decoder at interpreter exit)."""
+    script = tmp_path / "ends.py"
+    here = os.path.dirname(os.path.abspath(__file__))
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = {[here] + CHECKOUT_PATH!r}
+        from test_data import JpegDataset, _transform
+        from orbbec.data import GPULoader
+        loader = GPULoader(JpegDataset(12), 4, transform=_transform(), shuffle=True, num_workers=2,
+                           device={device!r})
+        for epoch in range(2):
+            for batch in loader:
+                pass
+        print("done", flush=True)
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr[-2000:]
+    assert "terminate called" not in r.stderr
 
 
 def test_arguments_are_checked():

@@ -120,6 +120,14 @@ class Compose:
             samples.append(info)
         return Params(torch.tensor(np.array(mats).reshape(-1, 2, 3), dtype=torch.float64), out, samples)
 
+    def warp_options(self) -> dict:
+        """warp_affine's output arguments of this transform's warp (a list in, NCHW out): the fused
+        normalisation when no photometric transform comes between, else float in [0, 1]."""
+        n = self.normalize
+        if not self.photometric:
+            return dict(out_dtype=torch.float32, mean=n.mean, std=n.std, scale=n.scale) if n is not None else {}
+        return dict(out_dtype=torch.float32, scale=n.scale if n is not None else 1 / 255)
+
     def apply(self, images, params: Params, *, border_value=0) -> torch.Tensor:
         """Warps images (a list of HWC uint8 tensors, or an NCHW batch) by params, in one call; then the
         photometric transforms and the normalisation."""
@@ -128,14 +136,18 @@ class Compose:
         is_list = isinstance(images, (list, tuple))
         M = params.matrices.to(images[0].device if is_list else images.device, non_blocking=True)
         dsize = (params.size[1], params.size[0])
-        n = self.normalize
+        options = self.warp_options()
+        x = warp_affine(images, M, dsize, border_value=border_value,
+                        out_layout="NCHW" if (is_list or options) else None, **options)
+        return self.after_warp(x, params)
+
+    def after_warp(self, x: torch.Tensor, params: Params) -> torch.Tensor:
+        """What follows the warp (of apply, or of the loader's warp in the decoder): the photometric
+        transforms and the normalisation, when not fused into the warp."""
         if not self.photometric:
-            fused = dict(out_dtype=torch.float32, mean=n.mean, std=n.std, scale=n.scale) if n is not None else {}
-            return warp_affine(images, M, dsize, border_value=border_value,
-                               out_layout="NCHW" if (is_list or fused) else None, **fused)
-        x = warp_affine(images, M, dsize, border_value=border_value, out_dtype=torch.float32,
-                        scale=n.scale if n is not None else 1 / 255, out_layout="NCHW")
+            return x
         x = apply_photometric(x, params.samples, self.photometric)
+        n = self.normalize
         if n is not None:
             mean = torch.tensor(n.mean, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
             std = torch.tensor(n.std, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..io import JpegDecodeError, start_decode
+from ..io import JpegDecodeError, start_decode, start_decode_warped
 from ..io import last_call as io_last_call
 from ._samples import HostBatch, select_rows
 
@@ -28,9 +28,29 @@ def start_decode_batch(cfg, batch: HostBatch):
     pos = [i for i, e in enumerate(encoded) if e is not None]
     batch.extra["encoded_rows"] = pos
     t0 = time.perf_counter()
-    started = start_decode([encoded[i] for i in pos], device=cfg.device, mode=cfg.mode) if pos else None
+    started = None
+    if pos:
+        warp = _warp_in_decoder(cfg, batch, pos)
+        if warp is not None:
+            started = start_decode_warped([encoded[i] for i in pos], warp, device=cfg.device, mode=cfg.mode)
+        else:
+            started = start_decode([encoded[i] for i in pos], device=cfg.device, mode=cfg.mode)
     batch.extra["start_s"] = time.perf_counter() - t0
     return started
+
+
+def _warp_in_decoder(cfg, batch: HostBatch, pos):
+    """The warp's arguments for the GPU decoder's thread (list_warp_args), when every sample of the
+    batch is to be decoded there; else None (the augmenting thread warps what decoded)."""
+    if (cfg.device.type != "cuda" or not hasattr(cfg.transform, "warp_options") or batch.params is None
+            or len(pos) != len(batch.indices)):
+        return None
+    from ..warpaffine import list_warp_args
+
+    p = batch.params
+    channels = 1 if cfg.mode == "GRAY" else 3
+    return list_warp_args(p.matrices, (p.size[1], p.size[0]), channels, border_value=cfg.border_value,
+                          **cfg.transform.warp_options())
 
 
 def finish_decode(cfg, batch: HostBatch, started) -> None:
@@ -43,6 +63,11 @@ def finish_decode(cfg, batch: HostBatch, started) -> None:
         if cfg.device.type == "cuda":
             batch.extra["native_s"] = getattr(io_last_call, "native_s", 0.0)
             batch.extra["gil_s"] = getattr(io_last_call, "gil_s", 0.0)
+        if started.warped is not None:  # every sample decoded and was warped in the decoder's thread
+            batch.extra["rows"], batch.extra["bad"], batch.extra["images"] = list(range(len(images))), [], None
+            batch.extra["warped"] = started.warped
+            batch.extra["decode_s"] = batch.extra.pop("start_s", 0.0) + time.perf_counter() - t0
+            return
         for i, img in zip(pos, decoded):
             images[i] = img
             if img is None and not batch.errors[i]:
@@ -67,7 +92,10 @@ def augment_batch(cfg, batch: HostBatch) -> None:
     """Warps (and normalises) the decoded images of decode_batch into batch.images; the targets keep
     the rows kept."""
     rows, images = batch.extra["rows"], batch.extra.pop("images")
-    if not rows:
+    warped = batch.extra.pop("warped", None)
+    if warped is not None:
+        batch.images = cfg.transform.after_warp(warped, batch.params)
+    elif not rows:
         batch.images = None
     elif cfg.transform is None:
         batch.images = images

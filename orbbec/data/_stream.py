@@ -10,16 +10,35 @@ consumer checks it against the key it expects, so a stream that guessed wrong (s
 epoch, a changed seed, a resume) is replaced, never served."""
 from __future__ import annotations
 
+import atexit
 import gc
 import queue
 import threading
 import time
+import weakref
 
 import torch
 
 from ._stages import augment_batch, finish_decode, start_decode_batch
 
 DONE = object()
+
+# Batches started and not yet finished by the decoding thread: it starts batch N+1 before it takes
+# batch N (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch).
+DECODES_IN_FLIGHT = 2
+
+
+# Streams whose threads may still run: closed at interpreter exit, before Python ends its daemon
+# threads. A thread ended then while it waited for the GPU decoder (it takes the GIL back in a C++
+# destructor) aborted the process ("terminate called without an active exception"); with the
+# threads reading into the next epoch, every script that ended with its loader alive did.
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for s in list(_LIVE):
+        s.close()
 
 
 def start_workers(reader):
@@ -58,6 +77,7 @@ class GpuStream:
         self.threads = [threading.Thread(target=self._receive, name="orbbec-loader-receive", daemon=True),
                         threading.Thread(target=self._decode, name="orbbec-loader-decode", daemon=True),
                         threading.Thread(target=self._augment, name="orbbec-loader-augment", daemon=True)]
+        _LIVE.add(self)
         for t in self.threads:
             t.start()
 
@@ -125,9 +145,9 @@ class GpuStream:
             self._put(e, self.received)
 
     def _decode(self):
-        """Starts each batch's decode, then finishes the batch before it, so that the decoder works on
-        one batch while this thread's Python takes the previous one's results and receives the next
-        (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch)."""
+        """Starts each batch's decode, then finishes the oldest started one (DECODES_IN_FLIGHT), so
+        that the decoder works on one batch while this thread's Python takes the previous one's
+        results and receives the next."""
         pending = []  # [batch, its started decode, seconds waited for it], started and not yet finished
         try:
             torch.cuda.set_device(self.device)
@@ -138,11 +158,12 @@ class GpuStream:
                         return
                     waited = time.perf_counter() - t
                     pending.append((batch, self._start(batch), waited))
-                    if len(pending) == 2 and not self._finish(*pending.pop(0)):
+                    if len(pending) >= DECODES_IN_FLIGHT and not self._finish(*pending.pop(0)):
                         return
                     t = time.perf_counter()
-                if pending and not self._finish(*pending.pop(0)):
-                    return
+                while pending:
+                    if not self._finish(*pending.pop(0)):
+                        return
             self._put(DONE, self.decoded)
         except BaseException as e:  # handed on, raised in the consumer
             self._put(e, self.decoded)

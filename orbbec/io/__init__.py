@@ -147,14 +147,19 @@ def _finish_cuda(raw, buffers, mode, rois, apply_exif, index):
 class StartedDecode:
     """A GPU decode under way (start_decode): the decoder works on it in a native thread while the
     caller's Python goes on. result() waits for it (without the GIL) and returns decode_jpeg's list
-    with on_error="skip" (None where an image failed) and the error messages."""
+    with on_error="skip" (None where an image failed) and the error messages.
 
-    def __init__(self, data, mode, device, images=None, errors=None):
+    With `warp` (orbbec.warpaffine.list_warp_args's tuple) the decoder's thread also warps the batch
+    once every image has decoded: then `warped` holds the [B, C, H, W] result and result()'s images
+    are None (errors all ''); if any image failed, `warped` stays None and the images come back."""
+
+    def __init__(self, data, mode, device, images=None, errors=None, warp=None):
         self._data, self._mode = data, mode
         self._done = None if images is None else (images, errors)
+        self.warped = None
         if self._done is None:
             self._index = _nvjpeg_device_index(device)
-            self._pending = _C.decode_jpeg_cuda_start(data, _MODES[mode], self._index, None)
+            self._pending = _C.decode_jpeg_cuda_start(data, _MODES[mode], self._index, None, warp=warp)
 
     def result(self):
         if self._done is None:
@@ -162,9 +167,23 @@ class StartedDecode:
             self._pending = None
             # The decoder's own host time, and how long taking the GIL back took once it was done.
             last_call.native_s, last_call.gil_s = raw[5], raw[6]
-            self._done = _finish_cuda(list(raw[:6]), self._data, self._mode, [None] * len(self._data), False,
-                                      self._index)
+            self.warped = raw[7]
+            if self.warped is not None:
+                self._done = raw[0], raw[1]
+            else:
+                self._done = _finish_cuda(list(raw[:6]), self._data, self._mode, [None] * len(self._data), False,
+                                          self._index)
         return self._done
+
+
+def start_decode_warped(data, warp, *, device="cuda", mode: str = "RGB") -> StartedDecode:
+    """start_decode whose decoder thread also warps the batch (see StartedDecode), for orbbec.data's
+    loader; on the CPU it only decodes (warped stays None)."""
+    buffers = [as_buffer(x, i, False) for i, x in enumerate(data)]
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return StartedDecode(buffers, mode, dev, warp=warp)
+    return start_decode(buffers, device=dev, mode=mode)
 
 
 def start_decode(data, *, device="cuda", mode: str = "RGB") -> StartedDecode:

@@ -338,3 +338,22 @@ def align_faces(
     M = estimate_similarity(torch.where(bad[:, None, None], template, pts), template)
     M = torch.where(bad[:, None, None], torch.full_like(M, float("nan")), M)
     return warp_affine(images, M.to(src4.device), (size, size), border_value=border_value)
+
+
+def list_warp_args(M: torch.Tensor, dsize: Tuple[int, int], channels: int, *, border_value=0,
+                   out_dtype: Optional[torch.dtype] = None, mean=None, std=None, scale: float = 1.0) -> tuple:
+    """The arguments after the images that warp_affine passes to orbbec::warp_affine_list for a list
+    of uint8 HWC images with `channels` channels, forward matrices M, bilinear, constant border and
+    an NCHW output: for a caller that runs the op elsewhere (orbbec.data's loader warps each batch in
+    the GPU decoder's thread, so the decoded images never travel through Python). The out_dtype
+    travels by name; the op inverts M."""
+    out_w, out_h = _output_size(dsize, None)
+    out_dtype = torch.uint8 if out_dtype is None else out_dtype
+    if out_dtype not in _OUT_DTYPES:
+        raise ArgumentTypeError(f"orbbec: 'out_dtype' must be float32, float16, bfloat16 or uint8, got {out_dtype}")
+    std_list = _per_channel(std, channels, "std")
+    if any(v == 0 for v in std_list):
+        raise ArgumentError("orbbec: 'std' must be non-zero")
+    return (M, out_h, out_w, _INTERPOLATIONS["bilinear"], _BORDERS["constant"], _border_values(border_value, channels),
+            str(out_dtype).replace("torch.", ""), _per_channel(mean, channels, "mean"), std_list, float(scale), False,
+            False)

@@ -6,7 +6,9 @@ workers outlive it for a while), so alternate from the shell:
     for r in 1 2; do for m in transform none decode; do
       python tools/dev/loader_stage_probe.py --workload cls-500x375 --mode $m; done; done
 
---profile: cProfile of the augmenting thread's work (augment_batch and the targets' move), top lines.
+--steps: the CPU time (time.thread_time, so the thread's own, not waiting for the GIL) of the loader
+threads' steps per batch, inclusive (nested steps count in their callers too). cProfile cannot do
+this on Python 3.12: it sees every thread's calls.
 --cpu: CPU time per batch of each Python thread of the loader's process (a Python thread's CPU time
 is about the time it held the GIL: torch's host calls keep it), of the native threads (the decoder's
 pool) and of the workers; Python threads summing to about the wall time per batch mean the GIL bounds
@@ -52,6 +54,42 @@ class CpuClock:
         return {k: round(v / max(batches, 1) * 1e3, 2) for k, v in d.items()}
 
 
+STEPS, MARKS = {}, {}
+
+
+def _timed(name, f):
+    def wrapped(*args, **kwargs):
+        t = time.thread_time()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            cpu, calls = STEPS.get(name, (0.0, 0))
+            STEPS[name] = (cpu + time.thread_time() - t, calls + 1)
+    return wrapped
+
+
+def wrap_steps():
+    """Wraps the loader's steps where its threads look them up."""
+    import torch.utils.data.dataloader as dl
+
+    import orbbec.augment as A
+    import orbbec.data._samples as samples
+    import orbbec.data._stages as stages
+    import orbbec.data._stream as stream
+    import orbbec.io as io
+    import orbbec.warpaffine as W
+
+    for mod, names in ((stream, ("augment_batch", "_pin_and_move", "start_decode_batch", "finish_decode")),
+                       (stages, ("start_decode",)), (io, ("_finish_cuda",)), (W, ("warp_affine",))):
+        for n in names:
+            setattr(mod, n, _timed(f"{mod.__name__.split('.')[-1]}.{n}", getattr(mod, n)))
+    for cls, names in ((A.Compose, ("apply",)), (samples.HostBatch, ("unpack", "buffers")),
+                       (io.StartedDecode, ("result", "__init__")), (stream.GpuStream, ("_release", "_put", "next_batch")),
+                       (dl._MultiProcessingDataLoaderIter, ("__next__",))):
+        for n in names:
+            setattr(cls, n, _timed(f"{cls.__name__}.{n}", getattr(cls, n)))
+
+
 def run_loader(items, batch, seconds, workers, transform, cpu=False):
     from orbbec.data import GPULoader
 
@@ -63,10 +101,13 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False):
     def step():
         images = next(it)["image"]
         marks["n"] = marks.get("n", 0) + 1
+        MARKS["n"] = marks["n"]
         return len(images)
 
     def start():
         loader.timing(reset=True)
+        STEPS.clear()
+        marks["n"] = 0
         if cpu:
             pids = [w.pid for w in getattr(loader._reader._iterator, "_workers", [])]
             marks["clock"] = CpuClock(pids)
@@ -86,20 +127,19 @@ def main():
     ap.add_argument("--mode", choices=("transform", "none", "decode"), default="transform")
     ap.add_argument("--seconds", type=float, default=2.5)
     ap.add_argument("--workers", type=int, default=9)
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--steps", action="store_true")
+    ap.add_argument("--no-fuse", action="store_true", help="warp in the augmenting thread, not the decoder's")
+    ap.add_argument("--in-flight", type=int, default=0, help="the decoding thread's batches in flight (default: the loader's)")
     ap.add_argument("--cpu", action="store_true")
     a = ap.parse_args()
-    prof = None
-    if a.profile:
-        import cProfile
-
-        import orbbec.data._stream as L
-
-        prof = cProfile.Profile()
-        for name in ("augment_batch", "_pin_and_move"):
-            def wrapped(*args, _f=getattr(L, name)):
-                return prof.runcall(_f, *args)
-            setattr(L, name, wrapped)
+    if a.steps:
+        wrap_steps()
+    if a.no_fuse:
+        import orbbec.data._stages as stages
+        stages._warp_in_decoder = lambda *args: None
+    if a.in_flight:
+        import orbbec.data._stream as stream
+        stream.DECODES_IN_FLIGHT = a.in_flight
     items, batch = build_data(a.workload)
     if a.mode == "decode":
         r, t = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0], ""
@@ -107,10 +147,10 @@ def main():
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
         r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu)
     print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
-    if prof is not None:
-        import pstats
-
-        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    if a.steps:
+        n = max(MARKS.get("n", 1), 1)
+        for name, (cpu, calls) in sorted(STEPS.items(), key=lambda kv: -kv[1][0]):
+            print(f"    {name:40s} {cpu / n * 1e3:7.3f} ms CPU per batch  ({calls / n:.1f} calls)")
 
 
 if __name__ == "__main__":

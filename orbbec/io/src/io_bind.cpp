@@ -8,6 +8,7 @@
 
 #include "io/src/jpeg_buffer.h"
 #ifdef WITH_NVJPEG
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -104,7 +105,79 @@ py::tuple to_python(std::vector<DecodedImage>& out, double seconds) {
 struct Timed {
   std::vector<DecodedImage> out;
   double seconds = 0;
+  at::Tensor warped;  // the batch warped after the decode (WarpAfter), or undefined
 };
+
+// A warp the call thread runs right after a batch's decode, on the caller's stream (the loader's
+// augmentation): the decoded images then never travel through Python, whose per-image tensors,
+// checks and dispatch held the GIL for about half a millisecond per batch of 128 beside the
+// training loop. Its fields are orbbec::warp_affine_list's arguments; `matrices` are the forward
+// matrices [B, 2, 3] (float64, CPU), inverted by the op.
+struct WarpAfter {
+  at::Tensor matrices;
+  int64_t out_h = 0, out_w = 0, interpolation = 0, border_mode = 0;
+  std::vector<double> border_value, mean, std;
+  at::ScalarType out_dtype = at::kFloat;
+  double scale = 1.0;
+  bool reverse_channels = false, channels_last = false;
+};
+
+at::ScalarType dtype_named(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "float16") return at::kHalf;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "uint8") return at::kByte;
+  throw py::value_error("warp: out_dtype must be float32, float16, bfloat16 or uint8, got " + name);
+}
+
+// (matrices, out_h, out_w, interpolation, border_mode, border_value, out_dtype name, mean, std,
+// scale, reverse_channels, channels_last), as orbbec.warpaffine's list call passes them.
+std::shared_ptr<WarpAfter> warp_after_of(const py::object& spec, size_t batch) {
+  if (spec.is_none()) return nullptr;
+  auto t = spec.cast<py::tuple>();
+  if (t.size() != 12) throw py::value_error("warp: expected 12 arguments");
+  auto w = std::make_shared<WarpAfter>();
+  // A copy the call thread owns: the caller's tensor may be numpy's memory, whose release needs the
+  // GIL, which the call thread must never take (a caller waits for it holding the GIL).
+  w->matrices = t[0].cast<at::Tensor>().clone();
+  if (w->matrices.dim() != 3 || w->matrices.size(0) != int64_t(batch) || w->matrices.scalar_type() != at::kDouble ||
+      !w->matrices.device().is_cpu()) {
+    throw py::value_error("warp: the matrices must be float64 [B, 2, 3] on the CPU, one per image");
+  }
+  w->out_h = t[1].cast<int64_t>();
+  w->out_w = t[2].cast<int64_t>();
+  w->interpolation = t[3].cast<int64_t>();
+  w->border_mode = t[4].cast<int64_t>();
+  w->border_value = t[5].cast<std::vector<double>>();
+  w->out_dtype = dtype_named(t[6].cast<std::string>());
+  w->mean = t[7].cast<std::vector<double>>();
+  w->std = t[8].cast<std::vector<double>>();
+  w->scale = t[9].cast<double>();
+  w->reverse_channels = t[10].cast<bool>();
+  w->channels_last = t[11].cast<bool>();
+  return w;
+}
+
+// The warp of a decoded batch, on the current stream; undefined (the caller warps what it can
+// itself) unless every image decoded on the GPU.
+at::Tensor warp_decoded(const std::vector<DecodedImage>& out, const WarpAfter& w, int device) {
+  std::vector<at::Tensor> images;
+  images.reserve(out.size());
+  for (const auto& o : out) {
+    if (!o.image.defined() || !o.error.empty() || o.unsupported) return at::Tensor();
+    images.push_back(o.image);
+  }
+  if (images.empty()) return at::Tensor();
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("orbbec::warp_affine_list", "")
+                       .typed<at::Tensor(at::TensorList, const at::Tensor&, int64_t, int64_t, int64_t, int64_t,
+                                         c10::ArrayRef<double>, at::ScalarType, c10::ArrayRef<double>,
+                                         c10::ArrayRef<double>, double, bool, bool, bool)>();
+  at::AutoDispatchBelowADInplaceOrView no_autograd;  // uint8 images: nothing to differentiate
+  const at::Tensor M = w.matrices.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)), /*non_blocking=*/true);
+  return op.call(images, M, w.out_h, w.out_w, w.interpolation, w.border_mode, w.border_value, w.out_dtype, w.mean,
+                 w.std, w.scale, w.reverse_channels, w.channels_last, /*invert_matrix=*/true);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -154,8 +227,13 @@ class PendingDecode {
     }
     const double gil = std::chrono::duration<double>(std::chrono::steady_clock::now() - ready).count();
     r = result_.get();  // rethrows the decoder's exception
+    if (r.warped.defined()) {
+      // The images went into the warp only: None in their place (every one decoded).
+      for (auto& o : r.out) o.image = at::Tensor();
+    }
     py::tuple t = to_python(r.out, r.seconds);
-    return py::make_tuple(t[0], t[1], t[2], t[3], t[4], t[5], gil);
+    py::object warped = r.warped.defined() ? py::cast(r.warped) : py::none();
+    return py::make_tuple(t[0], t[1], t[2], t[3], t[4], t[5], gil, warped);
   }
 
  private:
@@ -174,8 +252,9 @@ CallThread& call_thread(int device) {
 }
 
 std::shared_ptr<PendingDecode> decode_cuda_start(const py::list& data, int mode, int device, const py::object& rois,
-                                                 int only_path, bool one_block) {
+                                                 int only_path, bool one_block, const py::object& warp_spec) {
   auto in = inputs_of(data, rois);
+  std::shared_ptr<const WarpAfter> warp = warp_after_of(warp_spec, data.size());
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device);
   std::shared_ptr<const std::vector<EncodedImage>> images = in->images;
   auto promise = std::make_shared<std::promise<Timed>>();
@@ -193,10 +272,14 @@ std::shared_ptr<PendingDecode> decode_cuda_start(const py::list& data, int mode,
       promise->set_exception(std::current_exception());
       return {};
     }
-    return [images, batch, promise, t0] {
+    return [images, batch, promise, t0, warp, stream, device] {
       try {
         Timed r;
         r.out = finish_decode_cuda(*batch);
+        if (warp) {
+          c10::cuda::CUDAStreamGuard on_caller_stream(stream);
+          r.warped = warp_decoded(r.out, *warp, device);
+        }
         r.seconds = seconds_since(t0);
         promise->set_value(std::move(r));
       } catch (...) {
@@ -243,8 +326,9 @@ void bind(py::module& m) {
   py::class_<PendingDecode, std::shared_ptr<PendingDecode>>(m, "PendingJpegDecode")
       .def("wait", &PendingDecode::wait);
   m.def("decode_jpeg_cuda_start", &decode_cuda_start, py::arg("data"), py::arg("mode"), py::arg("device"),
-        py::arg("rois"), py::arg("only_path") = -1, py::arg("one_block") = true,
-        "decode_jpeg_cuda in the device's call thread, in the order started; .wait() for the result");
+        py::arg("rois"), py::arg("only_path") = -1, py::arg("one_block") = true, py::arg("warp") = py::none(),
+        "decode_jpeg_cuda in the device's call thread, in the order started, then the optional warp "
+        "(warp_affine_list's arguments) of the batch; .wait() for the result");
   m.def("jpeg_decoder_stats", &stats, py::arg("device"));
   m.def("set_jpeg_decode_threads", &set_decode_threads, py::arg("threads"));
 #else
