@@ -16,6 +16,10 @@ from ._shared import SlotTable
 from ._stages import assemble
 from ._stream import Counters, GpuStream, start_workers
 
+# The side stream's priority. High (-1): the decoder's kernels and copies are short and the training
+# step waits for them; behind a step's long kernels they would stretch the decode of every batch.
+SIDE_STREAM_PRIORITY = -1
+
 
 def _identity(x):
     return x
@@ -214,9 +218,7 @@ class GPULoader:
         continuous = self.sampler is None
         self._keys.source = _Plan(self, self.epoch, skip) if continuous else keys
         if self._cuda_stream is None:
-            # High priority: the decoder's kernels and copies are short and the training step waits
-            # for them; behind a step's long kernels they would stretch the decode of every batch.
-            self._cuda_stream = torch.cuda.Stream(self.device, priority=-1)
+            self._cuda_stream = torch.cuda.Stream(self.device, priority=SIDE_STREAM_PRIORITY)
         self._batches = GpuStream(self._reader, self._cfg, self._counters, self._cuda_stream, self.prefetch)
         self._batches.continuous = continuous
         return self._batches
