@@ -158,11 +158,13 @@ def test_resume_mid_epoch_gives_the_rest_of_the_epoch(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_corrupt_jpeg_raises_naming_the_sample_or_is_skipped(device):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_corrupt_jpeg_raises_naming_the_sample_or_is_skipped(device, workers):
     good = _by_index(GPULoader(JpegDataset(), 6, transform=_transform(), seed=2, device=device))
     with pytest.raises(JpegDecodeError, match="sample 9"):
-        list(GPULoader(JpegDataset(bad=[9]), 6, transform=_transform(), seed=2, device=device))
-    ld = GPULoader(JpegDataset(bad=[9, 13]), 6, transform=_transform(), seed=2, device=device, on_error="skip")
+        list(GPULoader(JpegDataset(bad=[9]), 6, transform=_transform(), seed=2, device=device, num_workers=workers))
+    ld = GPULoader(JpegDataset(bad=[9, 13]), 6, transform=_transform(), seed=2, device=device, on_error="skip",
+                   num_workers=workers)
     kept = _by_index(ld)
     assert sorted(ld.skipped) == [9, 13] and sorted(kept) == sorted(set(good) - {9, 13})
     for i in kept:  # the other samples of those batches are untouched

@@ -244,11 +244,20 @@ def _tensors(batch):
             stack.extend(v)
 
 
+# Targets up to this size go to the GPU straight from pageable memory: cudaMemcpyAsync stages them
+# at once (without waiting for the device), and pinning first cost more host time (and GIL) than
+# the copy of a batch's labels.
+PAGEABLE_COPY_BYTES = 1 << 16
+
+
 def _pin_and_move(batch, device) -> None:
-    """Targets to the GPU from pinned memory, asynchronously on the current (side) stream."""
+    """Targets to the GPU, asynchronously on the current (side) stream: large ones from pinned memory."""
     def move(v):
         if isinstance(v, torch.Tensor):
-            return v.pin_memory().to(device, non_blocking=True) if v.device.type == "cpu" else v
+            if v.device.type != "cpu":
+                return v
+            small = v.numel() * v.element_size() <= PAGEABLE_COPY_BYTES
+            return (v if small else v.pin_memory()).to(device, non_blocking=True)
         if isinstance(v, dict):
             return {k: move(x) for k, x in v.items()}
         if isinstance(v, list):

@@ -159,7 +159,11 @@ class StartedDecode:
         self.warped = None
         if self._done is None:
             self._index = _nvjpeg_device_index(device)
-            self._pending = _C.decode_jpeg_cuda_start(data, _MODES[mode], self._index, None, warp=warp)
+            if isinstance(data, PackedImages):
+                self._pending = _C.decode_jpeg_cuda_start_packed(data.flat, data.offsets, _MODES[mode], self._index,
+                                                                 warp=warp)
+            else:
+                self._pending = _C.decode_jpeg_cuda_start(data, _MODES[mode], self._index, None, warp=warp)
 
     def result(self):
         if self._done is None:
@@ -174,6 +178,27 @@ class StartedDecode:
                 self._done = _finish_cuda(list(raw[:6]), self._data, self._mode, [None] * len(self._data), False,
                                           self._index)
         return self._done
+
+
+class PackedImages:
+    """Encoded images packed in one 1-D uint8 buffer (a numpy array): image i is
+    flat[offsets[i]:offsets[i + 1]]. The GPU decoder takes the buffer whole; views are made only
+    when asked for (an image the decoder hands to OpenCV)."""
+
+    def __init__(self, flat, offsets):
+        self.flat, self.offsets = flat, offsets
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+
+def start_decode_packed(images: PackedImages, warp=None, *, device="cuda", mode: str = "RGB") -> StartedDecode:
+    """start_decode of a PackedImages batch on the GPU (orbbec.data's loader: its workers pack
+    each batch so), with the optional warp of start_decode_warped."""
+    return StartedDecode(images, mode, torch.device(device), warp=warp)
 
 
 def start_decode_warped(data, warp, *, device="cuda", mode: str = "RGB") -> StartedDecode:

@@ -251,10 +251,39 @@ CallThread& call_thread(int device) {
   return *t;
 }
 
+std::shared_ptr<PendingDecode> start_inputs(std::shared_ptr<DecodeInputs> in, int mode, int device, int only_path,
+                                            bool one_block, const py::object& warp_spec);
+
 std::shared_ptr<PendingDecode> decode_cuda_start(const py::list& data, int mode, int device, const py::object& rois,
                                                  int only_path, bool one_block, const py::object& warp_spec) {
-  auto in = inputs_of(data, rois);
-  std::shared_ptr<const WarpAfter> warp = warp_after_of(warp_spec, data.size());
+  return start_inputs(inputs_of(data, rois), mode, device, only_path, one_block, warp_spec);
+}
+
+// decode_cuda_start for a batch packed in one buffer (the loader's workers pack it so): image i is
+// bytes [offsets[i], offsets[i + 1]). One buffer request instead of one Python slice and one request
+// per image, which held the GIL in the loader's decoding thread.
+std::shared_ptr<PendingDecode> decode_cuda_start_packed(const py::object& packed, const std::vector<int64_t>& offsets,
+                                                        int mode, int device, const py::object& warp_spec) {
+  if (offsets.size() < 2) throw py::value_error("offsets: expected at least two (one image)");
+  auto in = std::make_shared<DecodeInputs>();
+  in->keep.push_back(bytes_of(packed, 0));
+  const Bytes& b = in->keep.back();
+  auto& images = *in->images;
+  images.resize(offsets.size() - 1);
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    if (offsets[i] < 0 || offsets[i + 1] < offsets[i] || static_cast<size_t>(offsets[i + 1]) > b.size) {
+      throw py::value_error("offsets[" + std::to_string(i) + "]: image outside the packed buffer of " +
+                            std::to_string(b.size) + " bytes");
+    }
+    images[i].data = b.data + offsets[i];
+    images[i].size = static_cast<size_t>(offsets[i + 1] - offsets[i]);
+  }
+  return start_inputs(std::move(in), mode, device, -1, true, warp_spec);
+}
+
+std::shared_ptr<PendingDecode> start_inputs(std::shared_ptr<DecodeInputs> in, int mode, int device, int only_path,
+                                            bool one_block, const py::object& warp_spec) {
+  std::shared_ptr<const WarpAfter> warp = warp_after_of(warp_spec, in->images->size());
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device);
   std::shared_ptr<const std::vector<EncodedImage>> images = in->images;
   auto promise = std::make_shared<std::promise<Timed>>();
@@ -329,6 +358,9 @@ void bind(py::module& m) {
         py::arg("rois"), py::arg("only_path") = -1, py::arg("one_block") = true, py::arg("warp") = py::none(),
         "decode_jpeg_cuda in the device's call thread, in the order started, then the optional warp "
         "(warp_affine_list's arguments) of the batch; .wait() for the result");
+  m.def("decode_jpeg_cuda_start_packed", &decode_cuda_start_packed, py::arg("packed"), py::arg("offsets"),
+        py::arg("mode"), py::arg("device"), py::arg("warp") = py::none(),
+        "decode_jpeg_cuda_start of images packed in one buffer at offsets (n + 1 of them)");
   m.def("jpeg_decoder_stats", &stats, py::arg("device"));
   m.def("set_jpeg_decode_threads", &set_decode_threads, py::arg("threads"));
 #else
