@@ -75,6 +75,10 @@ def estimate_affine(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(St @ S, St @ dst).transpose(-1, -2)
 
 
+def _det2(m: torch.Tensor) -> torch.Tensor:
+    return m[..., 0, 0] * m[..., 1, 1] - m[..., 0, 1] * m[..., 1, 0]
+
+
 def estimate_similarity(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     """Similarity transform (rotation, uniform scale, translation) mapping src onto dst in the
     least-squares sense (Umeyama 1991, with scale), as skimage.transform.SimilarityTransform.estimate,
@@ -87,8 +91,10 @@ def estimate_similarity(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     sc, dc = src - mu_s, dst - mu_d
     A = dc.transpose(-1, -2) @ sc / n  # [..., 2, 2] cross-covariance
     U, S, Vh = torch.linalg.svd(A)
-    # d = diag(1, sign) keeps the rotation proper (det = +1), as Umeyama's correction does.
-    sign = torch.where(torch.linalg.det(U) * torch.linalg.det(Vh) < 0, -1.0, 1.0).to(A.dtype)
+    # d = diag(1, sign) keeps the rotation proper (det = +1), as Umeyama's correction does. The 2 x 2
+    # determinants in closed form: torch.linalg.det (an LU per matrix) took 2.6 ms for 256 faces,
+    # a quarter of a face batch's host time in a loader worker; U and Vh are orthogonal (det +-1).
+    sign = torch.where(_det2(U) * _det2(Vh) < 0, -1.0, 1.0).to(A.dtype)
     d = torch.stack([torch.ones_like(sign), sign], -1)
     R = U @ torch.diag_embed(d) @ Vh
     var_s = sc.pow(2).sum(-1).mean(-1)
