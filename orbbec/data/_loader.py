@@ -79,6 +79,11 @@ class _Keys(torch.utils.data.Sampler):
         return len(self.source)
 
 
+def keys_of(epoch: int, seed: int, indices: List[int], batch_size: int, drop_last: bool, skip: int) -> list:
+    """The workers' keys of an epoch's batches, from batch `skip` on."""
+    return [(epoch, seed, b) for b in _order.batches_of(indices, batch_size, drop_last, skip=skip)]
+
+
 class _Plan:
     """The loader's own order from (epoch, skip) on, epoch after epoch, each epoch's order computed
     when the workers reach it, with the arguments of the moment the plan was made (a later change,
@@ -89,10 +94,12 @@ class _Plan:
         self.shuffle, self.seed, self.rank, self.world_size = loader.shuffle, loader.seed, loader.rank, loader.world_size
         self.epoch, self.skip = epoch, skip
 
+    def indices(self, epoch: int) -> List[int]:
+        return _order.epoch_indices(self.n, shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=self.rank,
+                                    world_size=self.world_size, drop_last=self.drop_last)
+
     def keys(self, epoch: int, skip: int = 0) -> list:
-        indices = _order.epoch_indices(self.n, shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=self.rank,
-                                       world_size=self.world_size, drop_last=self.drop_last)
-        return [(epoch, self.seed, b) for b in _order.batches_of(indices, self.batch_size, self.drop_last, skip=skip)]
+        return keys_of(epoch, self.seed, self.indices(epoch), self.batch_size, self.drop_last, skip)
 
     def __iter__(self):
         epoch, skip = self.epoch, self.skip
@@ -149,7 +156,7 @@ class GPULoader:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.epoch, self.batches_served, self.skipped = 0, 0, []
-        self._counters = Counters(_Timing)
+        self._counters = Counters(_Timing())
         self._resume = False  # the next __iter__ continues the epoch (after load_state_dict)
         self._cuda_stream = None  # the side stream of the GPU path
         self._batches: Optional[GpuStream] = None  # the GPU path's background threads, across epochs
@@ -195,8 +202,7 @@ class GPULoader:
     def _indices(self) -> List[int]:
         if self.sampler is not None:
             return _order.sampler_indices(self.sampler, self.epoch)
-        return _order.epoch_indices(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                                    rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
+        return _Plan(self, self.epoch, 0).indices(self.epoch)
 
     def __len__(self) -> int:
         return _order.batch_count(len(self._indices()), self.batch_size, self.drop_last)
@@ -204,23 +210,26 @@ class GPULoader:
     def __iter__(self):
         skip = self.batches_served if self._resume else 0
         self._resume, self.batches_served = False, skip
-        batches = _order.batches_of(self._indices(), self.batch_size, self.drop_last, skip=skip)
-        keys = [(self.epoch, self.seed, b) for b in batches]
+        # What the workers read: with the loader's own order a plan that goes on into the next epochs
+        # (the GPU path's threads read ahead); with a user's sampler (whose next order is the
+        # user's) this epoch's keys only.
+        if self.sampler is None:
+            source = _Plan(self, self.epoch, skip)
+            keys = source.keys(self.epoch, skip)
+        else:
+            keys = source = keys_of(self.epoch, self.seed, self._indices(), self.batch_size, self.drop_last, skip)
         if self.device.type == "cuda":
-            return _Epoch(self, _CudaEpoch(self, keys, skip))
+            return _Epoch(self, _CudaEpoch(self, keys, source))
         self._keys.source = keys
         return _Epoch(self, start_workers(self._reader))
 
-    def _start_stream(self, keys: list, skip: int) -> GpuStream:
-        """Background threads reading from this epoch's batch `skip` on: with the loader's own order
-        on into the next epochs; with a user's sampler (whose next order is the user's) this epoch only."""
+    def _start_stream(self, source) -> GpuStream:
+        """Background threads reading the keys of `source` (a _Plan or a list)."""
         self._close_stream()
-        continuous = self.sampler is None
-        self._keys.source = _Plan(self, self.epoch, skip) if continuous else keys
+        self._keys.source = source
         if self._cuda_stream is None:
             self._cuda_stream = torch.cuda.Stream(self.device, priority=SIDE_STREAM_PRIORITY)
         self._batches = GpuStream(self._reader, self._cfg, self._counters, self._cuda_stream, self.prefetch)
-        self._batches.continuous = continuous
         return self._batches
 
     def _close_stream(self, stream: Optional[GpuStream] = None, wait: bool = True) -> None:
@@ -228,9 +237,10 @@ class GPULoader:
         s = self._batches
         if s is not None and (stream is None or stream is s):
             self._batches = None
-            s.stop.set()
             if wait:  # before the DataLoader is iterated again: one pass at a time
                 s.close()
+            else:
+                s.stop.set()
 
     def __del__(self):
         try:
@@ -305,8 +315,8 @@ class _CudaEpoch:
     one this epoch expects: threads that went on with other keys (another epoch was set, the seed
     changed, a resume) are replaced at the epoch's first batch."""
 
-    def __init__(self, loader: GPULoader, keys: list, skip: int):
-        self.loader, self.keys, self.skip, self.pos, self.stream = loader, keys, skip, 0, None
+    def __init__(self, loader: GPULoader, keys: list, source):
+        self.loader, self.keys, self.source, self.pos, self.stream = loader, keys, source, 0, None
 
     def __next__(self) -> HostBatch:
         ld = self.loader
@@ -314,10 +324,10 @@ class _CudaEpoch:
             raise StopIteration
         fresh = self.stream is None and ld._batches is None
         if self.stream is None:
-            self.stream = ld._batches or ld._start_stream(self.keys, self.skip)
+            self.stream = ld._batches or ld._start_stream(self.source)
         batch = self._pull()
         if self.pos == 0 and not fresh and _key(batch) != self.keys[0]:
-            self.stream = ld._start_stream(self.keys, self.skip)
+            self.stream = ld._start_stream(self.source)
             batch = self._pull()
         if batch is None:
             raise StopIteration
@@ -326,7 +336,7 @@ class _CudaEpoch:
             raise RuntimeError(f"GPULoader: expected the batch of {self.keys[self.pos][:2]} at position {self.pos}, "
                                f"got {_key(batch)[:2]}")
         self.pos += 1
-        if self.pos == len(self.keys) and not self.stream.continuous:
+        if self.pos == len(self.keys) and not isinstance(self.source, _Plan):  # the threads end with the epoch
             ld._close_stream(self.stream)
         return batch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..io import JpegDecodeError, PackedImages, start_decode, start_decode_packed, start_decode_warped
+from ..io import JpegDecodeError, PackedImages, start_batch_decode
 from ..io import last_call as io_last_call
 from ._samples import HostBatch, select_rows
 
@@ -25,23 +25,18 @@ def start_decode_batch(cfg, batch: HostBatch):
     """Starts decoding the batch's encoded images (on the GPU the decoder works on them while the
     caller goes on; on the CPU they are decoded now); None when there are none."""
     t0 = time.perf_counter()
-    if batch.packed is not None and cfg.device.type == "cuda" and all(batch.encoded):
-        # Every sample's bytes in the workers' packed buffer: the decoder takes the buffer whole.
-        pos = batch.extra["encoded_rows"] = list(range(len(batch.indices)))
-        started = start_decode_packed(PackedImages(batch.packed.numpy(), batch.offsets), _warp_in_decoder(cfg, batch, pos),
-                                      device=cfg.device, mode=cfg.mode)
-        batch.extra["start_s"] = time.perf_counter() - t0
-        return started
-    encoded = batch.buffers()
-    pos = [i for i, e in enumerate(encoded) if e is not None]
+    if batch.packed is not None and all(batch.encoded):
+        # Every sample's bytes in the workers' packed buffer: the GPU decoder takes the buffer whole.
+        pos = list(range(len(batch.indices)))
+        data = PackedImages(batch.packed.numpy(), batch.offsets)
+    else:
+        encoded = batch.buffers()
+        pos = [i for i, e in enumerate(encoded) if e is not None]
+        data = [encoded[i] for i in pos]
     batch.extra["encoded_rows"] = pos
     started = None
     if pos:
-        warp = _warp_in_decoder(cfg, batch, pos)
-        if warp is not None:
-            started = start_decode_warped([encoded[i] for i in pos], warp, device=cfg.device, mode=cfg.mode)
-        else:
-            started = start_decode([encoded[i] for i in pos], device=cfg.device, mode=cfg.mode)
+        started = start_batch_decode(data, _warp_in_decoder(cfg, batch, pos), device=cfg.device, mode=cfg.mode)
     batch.extra["start_s"] = time.perf_counter() - t0
     return started
 

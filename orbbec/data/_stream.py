@@ -57,9 +57,8 @@ class Counters:
     """The loader's timing record, shared by the loader and its stream (which must not point back at
     the loader: its threads would keep it alive)."""
 
-    def __init__(self, make):
-        self.make = make
-        self.timing = make()
+    def __init__(self, timing):
+        self.timing = timing  # replaced whole by GPULoader.timing(reset=True)
 
 
 class GpuStream:

@@ -195,22 +195,6 @@ class PackedImages:
         return self.flat[self.offsets[i]:self.offsets[i + 1]]
 
 
-def start_decode_packed(images: PackedImages, warp=None, *, device="cuda", mode: str = "RGB") -> StartedDecode:
-    """start_decode of a PackedImages batch on the GPU (orbbec.data's loader: its workers pack
-    each batch so), with the optional warp of start_decode_warped."""
-    return StartedDecode(images, mode, torch.device(device), warp=warp)
-
-
-def start_decode_warped(data, warp, *, device="cuda", mode: str = "RGB") -> StartedDecode:
-    """start_decode whose decoder thread also warps the batch (see StartedDecode), for orbbec.data's
-    loader; on the CPU it only decodes (warped stays None)."""
-    buffers = [as_buffer(x, i, False) for i, x in enumerate(data)]
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return StartedDecode(buffers, mode, dev, warp=warp)
-    return start_decode(buffers, device=dev, mode=mode)
-
-
 def start_decode(data, *, device="cuda", mode: str = "RGB") -> StartedDecode:
     """Starts decoding a batch (a list, as decode_jpeg takes) and returns at once on the GPU: batches
     started one after another reach the decoder, and the current stream, in that order, so a loader
@@ -218,12 +202,21 @@ def start_decode(data, *, device="cuda", mode: str = "RGB") -> StartedDecode:
     if not isinstance(data, (list, tuple)):
         raise ArgumentTypeError(f"start_decode: data must be a list of encoded images (one batch), got "
                                 f"{type(data).__name__}; decode_jpeg takes a single image")
+    return start_batch_decode(data, device=device, mode=mode)
+
+
+def start_batch_decode(data, warp=None, *, device="cuda", mode: str = "RGB") -> StartedDecode:
+    """start_decode for orbbec.data's loader: `data` is a list or a PackedImages batch (which the GPU
+    decoder takes whole); with `warp` (orbbec.warpaffine.list_warp_args's tuple) the decoder's thread
+    also warps the batch on the GPU (see StartedDecode; on the CPU it only decodes)."""
     if mode not in _MODES:
         raise ArgumentError(f"start_decode: mode must be one of {sorted(_MODES)}, got {mode!r}")
-    buffers = [as_buffer(x, i, False) for i, x in enumerate(data)]
+    if not isinstance(data, PackedImages):
+        data = [as_buffer(x, i, False) for i, x in enumerate(data)]
     dev = torch.device(device)
     if dev.type == "cuda":
-        return StartedDecode(buffers, mode, dev)
+        return StartedDecode(data, mode, dev, warp=warp)
+    buffers = [data[i] for i in range(len(data))]
     images, errors = _cpu.decode(buffers, mode, [1] * len(buffers), [None] * len(buffers), False, None)
     return StartedDecode(buffers, mode, dev, images, errors)
 

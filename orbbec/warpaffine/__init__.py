@@ -269,25 +269,29 @@ def warp_affine(
             "with torch ops to train through it, or pass src.detach()")
     if channels > _MAX_FUSED_CHANNELS:
         raise ArgumentError(f"orbbec: the fused output supports up to {_MAX_FUSED_CHANNELS} channels, got {channels}")
-    out_dtype = dtype if out_dtype is None else out_dtype
-    if out_dtype not in _OUT_DTYPES:
-        raise ArgumentTypeError(f"orbbec: 'out_dtype' must be float32, float16, bfloat16 or uint8, got {out_dtype}")
+    out_dtype, mean_list, std_list = _output_transform(channels, dtype if out_dtype is None else out_dtype, mean, std)
     if out_layout is None:
         channels_last = (not is_list) and is_channels_last(src4)
     elif out_layout in ("NCHW", "NHWC"):
         channels_last = out_layout == "NHWC"
     else:
         raise ArgumentError(f"orbbec: 'out_layout' must be 'NCHW' or 'NHWC', got {out_layout!r}")
-    mean_list = _per_channel(mean, channels, "mean")
-    std_list = _per_channel(std, channels, "std")
-    if any(v == 0 for v in std_list):
-        raise ArgumentError("orbbec: 'std' must be non-zero")
     args = (M, out_h, out_w, interp, border, values, out_dtype, mean_list, std_list, float(scale),
             bool(reverse_channels), channels_last, invert)
     if is_list:
         return torch.ops.orbbec.warp_affine_list(images, *args)
     out = torch.ops.orbbec.warp_affine_fused(src4, *args)
     return out if batched else out.squeeze(0)
+
+
+def _output_transform(channels: int, out_dtype: torch.dtype, mean, std) -> tuple:
+    """The fused output's dtype, mean and std lists, checked."""
+    if out_dtype not in _OUT_DTYPES:
+        raise ArgumentTypeError(f"orbbec: 'out_dtype' must be float32, float16, bfloat16 or uint8, got {out_dtype}")
+    std_list = _per_channel(std, channels, "std")
+    if any(v == 0 for v in std_list):
+        raise ArgumentError("orbbec: 'std' must be non-zero")
+    return out_dtype, _per_channel(mean, channels, "mean"), std_list
 
 
 def _per_channel(values, channels: int, name: str) -> list:
@@ -348,12 +352,7 @@ def list_warp_args(M: torch.Tensor, dsize: Tuple[int, int], channels: int, *, bo
     the GPU decoder's thread, so the decoded images never travel through Python). The out_dtype
     travels by name; the op inverts M."""
     out_w, out_h = _output_size(dsize, None)
-    out_dtype = torch.uint8 if out_dtype is None else out_dtype
-    if out_dtype not in _OUT_DTYPES:
-        raise ArgumentTypeError(f"orbbec: 'out_dtype' must be float32, float16, bfloat16 or uint8, got {out_dtype}")
-    std_list = _per_channel(std, channels, "std")
-    if any(v == 0 for v in std_list):
-        raise ArgumentError("orbbec: 'std' must be non-zero")
+    out_dtype, mean_list, std_list = _output_transform(channels, torch.uint8 if out_dtype is None else out_dtype,
+                                                       mean, std)
     return (M, out_h, out_w, _INTERPOLATIONS["bilinear"], _BORDERS["constant"], _border_values(border_value, channels),
-            str(out_dtype).replace("torch.", ""), _per_channel(mean, channels, "mean"), std_list, float(scale), False,
-            False)
+            str(out_dtype).replace("torch.", ""), mean_list, std_list, float(scale), False, False)

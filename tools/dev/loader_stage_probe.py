@@ -80,7 +80,7 @@ def wrap_steps():
     import orbbec.warpaffine as W
 
     for mod, names in ((stream, ("augment_batch", "_pin_and_move", "start_decode_batch", "finish_decode")),
-                       (stages, ("start_decode",)), (io, ("_finish_cuda",)), (W, ("warp_affine",))):
+                       (stages, ("start_batch_decode",)), (io, ("_finish_cuda",)), (W, ("warp_affine",))):
         for n in names:
             setattr(mod, n, _timed(f"{mod.__name__.split('.')[-1]}.{n}", getattr(mod, n)))
     for cls, names in ((A.Compose, ("apply",)), (samples.HostBatch, ("unpack", "buffers")),
