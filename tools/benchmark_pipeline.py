@@ -29,9 +29,11 @@ Columns: images/s; host cores busy (CPU time of the process and its workers / wa
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -350,6 +352,7 @@ def run_one(args):
     """In a child process: one pipeline on one workload; prints one JSON line."""
     import torch
 
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent's save_stacks on a timeout
     with open(args.data, "rb") as f:
         items, batch = pickle.load(f)[args.workload]
     torch.cuda.init()
@@ -413,16 +416,16 @@ def main():
                        "--seconds", str(args.seconds), "--workers", str(args.workers)]
                 if load is not None:
                     cmd += ["--hw-load", str(load)]
-                try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout or 180 + 4 * args.seconds)
-                    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+                out, err, stacks = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{w}-{label}")
+                if stacks:
+                    rows[label] = {"error": f"timed out (stacks in {stacks})"}
+                else:
+                    line = [x for x in out.splitlines() if x.startswith("RESULT ")]
                     rows[label] = json.loads(line[-1][7:]) if line else \
-                        {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
-                    for x in proc.stderr.splitlines():
+                        {"error": (err.strip().splitlines() or ["no output"])[-1][:300]}
+                    for x in err.splitlines():
                         if x.startswith("loader timing"):
                             print(f"  {x}", flush=True)
-                except subprocess.TimeoutExpired:
-                    rows[label] = {"error": "timed out"}
                 r = rows[label]
                 print(f"{w:12s} {label:30s} " + (f"{r['rate']:9.0f} img/s  {r['cores']:5.1f} cores  "
                                                  f"{r['gpu_mb']:7.0f} MB" if "rate" in r else r["error"]), flush=True)
@@ -431,6 +434,27 @@ def main():
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     write_outputs(results, args)
+
+
+def run_child(cmd, timeout, name):
+    """(stdout, stderr, None), or on a timeout (stdout, stderr, the file holding every thread's native
+    and Python stacks, taken before the child is killed): a stalled pipeline leaves its evidence."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return out, err, None
+    except subprocess.TimeoutExpired:
+        from stacks import save_stacks
+
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_stall_" +
+                            "".join(c if c.isalnum() else "_" for c in name) + ".txt")
+        save_stacks(proc.pid, path)
+        time.sleep(2)  # faulthandler's Python stacks reach the child's stderr
+        proc.kill()
+        out, err = proc.communicate()
+        with open(path, "a") as f:
+            f.write("\n--- the child's stderr (Python stacks last) ---\n" + err)
+        return out, err, path
 
 
 def write_outputs(results, args):

@@ -8,7 +8,6 @@ Variants go through the decoder's environment variables (ORBBEC_NVJPEG_LANES, ..
 import argparse
 import faulthandler
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from stacks import save_stacks  # noqa: E402
 
 
 def child(a):
@@ -70,18 +70,6 @@ def child(a):
     progress.flush()
 
 
-def dump(pid, path):
-    gdb = shutil.which("gdb") or shutil.which("cuda-gdb")
-    with open(path, "w") as f:
-        if gdb:
-            r = subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-            f.write(r.stdout)
-        else:
-            f.write("no gdb on this machine\n")
-    os.kill(pid, signal.SIGUSR1)  # faulthandler writes the Python stacks to the child's stderr
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--procs", type=int, default=4)
@@ -118,7 +106,7 @@ def main():
             elif time.time() - last[1] > a.stall + (60 if n == 0 else 0):
                 stalled.add(k)
                 if len(stalled) == 1 and a.dump:  # the first one's stacks (attaching a debugger takes a while)
-                    dump(p.pid, os.path.join(a.out, f"stacks{k}.txt"))
+                    save_stacks(p.pid, os.path.join(a.out, f"stacks{k}.txt"))
                     time.sleep(2)
                 p.kill()
     for k, (p, prog, _) in enumerate(procs):
