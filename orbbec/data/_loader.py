@@ -165,7 +165,7 @@ class GPULoader:
         # epoch's decoding.
         slots = None
         if self.device.type == "cuda" and self.num_workers > 0:
-            slots = SlotTable(self.num_workers, self.prefetch + 4, pin=True)
+            slots = SlotTable(self.num_workers, self.prefetch + 4)
         self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
                             border_value, slots)
         self._reader = torch.utils.data.DataLoader(
