@@ -36,6 +36,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -416,16 +417,19 @@ def main():
                        "--seconds", str(args.seconds), "--workers", str(args.workers)]
                 if load is not None:
                     cmd += ["--hw-load", str(load)]
-                out, err, stacks = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{w}-{label}")
-                if stacks:
-                    rows[label] = {"error": f"timed out (stacks in {stacks})"}
+                out, err, stall = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{w}-{label}")
+                line = [x for x in out.splitlines() if x.startswith("RESULT ")]
+                if line:  # measured; a child that then did not end is recorded beside its figures
+                    rows[label] = json.loads(line[-1][7:])
+                    if stall:
+                        rows[label]["exit"] = f"did not end after its result (evidence in {stall})"
+                        print(f"  WARNING: the child did not end after its result; evidence in {stall}", flush=True)
                 else:
-                    line = [x for x in out.splitlines() if x.startswith("RESULT ")]
-                    rows[label] = json.loads(line[-1][7:]) if line else \
-                        {"error": (err.strip().splitlines() or ["no output"])[-1][:300]}
-                    for x in err.splitlines():
-                        if x.startswith("loader timing"):
-                            print(f"  {x}", flush=True)
+                    rows[label] = {"error": f"timed out (evidence in {stall})" if stall else
+                                   (err.strip().splitlines() or ["no output"])[-1][:300]}
+                for x in err.splitlines():
+                    if x.startswith("loader timing"):
+                        print(f"  {x}", flush=True)
                 r = rows[label]
                 print(f"{w:12s} {label:30s} " + (f"{r['rate']:9.0f} img/s  {r['cores']:5.1f} cores  "
                                                  f"{r['gpu_mb']:7.0f} MB" if "rate" in r else r["error"]), flush=True)
@@ -437,24 +441,53 @@ def main():
 
 
 def run_child(cmd, timeout, name):
-    """(stdout, stderr, None), or on a timeout (stdout, stderr, the file holding every thread's native
-    and Python stacks, taken before the child is killed): a stalled pipeline leaves its evidence."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return out, err, None
-    except subprocess.TimeoutExpired:
-        from stacks import save_stacks
+    """(stdout, stderr, None), or when the child has not ended within `timeout` (stdout, stderr, a
+    file with the evidence: the state and kernel wait of each of its threads and of the processes it
+    started, every thread's native and Python stacks, its stderr), after which it is killed.
 
-        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_stall_" +
-                            "".join(c if c.isalnum() else "_" for c in name) + ".txt")
-        save_stacks(proc.pid, path)
-        time.sleep(2)  # faulthandler's Python stacks reach the child's stderr
-        proc.kill()
-        out, err = proc.communicate()
+    The output goes to files, not pipes, and the child gets its own session: DataLoader workers left
+    behind by its os._exit (they inherit its output) cannot keep this process waiting, and are
+    killed with the session once the child has ended."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, start_new_session=True)
+        path = None
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            path = _stall_evidence(proc.pid, name)
+            proc.kill()
+            proc.wait()
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        out.seek(0)
+        err.seek(0)
+        o, e = out.read(), err.read()
+    if path:
         with open(path, "a") as f:
-            f.write("\n--- the child's stderr (Python stacks last) ---\n" + err)
-        return out, err, path
+            f.write("\n--- the child's stderr (Python stacks last) ---\n" + e)
+    return o, e, path
+
+
+def _stall_evidence(pid, name):
+    """What a child that has not ended is doing: its threads' and its session's processes' states and
+    kernel waits (a thread stuck in a driver keeps an exited process a zombie), then the stacks."""
+    from stacks import save_stacks
+
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_stall_" +
+                        "".join(c if c.isalnum() else "_" for c in name) + ".txt")
+    with open(path, "w") as f:
+        f.write(subprocess.run(["ps", "-L", "-o", "pid,ppid,tid,stat,wchan:32,comm", "-s", str(pid)],
+                               capture_output=True, text=True).stdout)
+    stacks = path + ".stacks"
+    save_stacks(pid, stacks)
+    time.sleep(2)  # faulthandler's Python stacks reach the child's stderr
+    with open(stacks) as src, open(path, "a") as f:
+        f.write("\n--- native stacks ---\n" + src.read())
+    os.remove(stacks)
+    return path
 
 
 def write_outputs(results, args):
