@@ -24,6 +24,10 @@ Pipelines, each in its own process (its own CPU time and GPU memory):
 Columns: images/s; host cores busy (CPU time of the process and its workers / wall time); GPU memory
 (device-wide memory in use at the end minus before the pipeline was built).
 
+A pipeline whose process has not ended within --timeout is killed and recorded as timed out (or, if
+it had printed its figures, kept and flagged), with its threads' states, kernel waits and stacks in
+$TMPDIR/orbbec_pipeline_stall_<workload>_<pipeline>.txt.
+
     python tools/benchmark_pipeline.py [--seconds 4] [--workloads cls-500x375,...] [--md docs/benchmark_pipeline.md]
 """
 from __future__ import annotations
