@@ -477,14 +477,17 @@ def run_child(cmd, timeout, name):
 
 def _stall_evidence(pid, name):
     """What a child that has not ended is doing: its threads' and its session's processes' states and
-    kernel waits (a thread stuck in a driver keeps an exited process a zombie), then the stacks."""
+    kernel waits (a child that has ended but not been reaped shows as a zombie), then the stacks."""
     from stacks import save_stacks
 
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_stall_" +
                         "".join(c if c.isalnum() else "_" for c in name) + ".txt")
     with open(path, "w") as f:
-        f.write(subprocess.run(["ps", "-L", "-o", "pid,ppid,tid,stat,wchan:32,comm", "-s", str(pid)],
-                               capture_output=True, text=True).stdout)
+        try:
+            f.write(subprocess.run(["ps", "-L", "-o", "pid,ppid,tid,stat,wchan:32,comm", "-s", str(pid)],
+                                   capture_output=True, text=True).stdout)
+        except OSError as e:  # no ps on this machine
+            f.write(f"ps: {e}\n")
     stacks = path + ".stacks"
     save_stacks(pid, stacks)
     time.sleep(2)  # faulthandler's Python stacks reach the child's stderr
