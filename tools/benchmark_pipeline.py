@@ -95,21 +95,22 @@ def draws(items, indices, workload, seed=0):
 
 
 # ---------------------------------------------------------------- measuring
+def proc_stat(path):
+    """(ppid, [utime, stime, cutime, cstime] in clock ticks) of a /proc/<pid>[/task/<tid>]/stat file."""
+    with open(path) as f:
+        s = f.read()
+    fields = s[s.rindex(")") + 2:].split()
+    return int(fields[1]), [int(x) for x in fields[11:15]]
+
+
 def _cpu_seconds():
     """CPU time of this process, its finished children and its live descendants."""
     tck = os.sysconf("SC_CLK_TCK")
-
-    def stat(pid):
-        with open(f"/proc/{pid}/stat") as f:
-            s = f.read()
-        fields = s[s.rindex(")") + 2:].split()
-        return int(fields[1]), [int(x) for x in fields[11:15]]  # ppid, utime stime cutime cstime
-
     procs = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                procs[int(pid)] = stat(pid)
+                procs[int(pid)] = proc_stat(f"/proc/{pid}/stat")
             except (OSError, ValueError, IndexError):
                 pass
     me = os.getpid()

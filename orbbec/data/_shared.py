@@ -97,29 +97,30 @@ class ByValue:
         return torch.from_numpy(self.array)
 
 
+def map_leaves(fn, v):
+    """A (nested) target with `fn` applied to each leaf: dicts and lists are rebuilt around them."""
+    if isinstance(v, dict):
+        return {k: map_leaves(fn, x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [map_leaves(fn, x) for x in v]
+    return fn(v)
+
+
+def _to_value(v):
+    if isinstance(v, torch.Tensor) and v.device.type == "cpu" and not v.requires_grad:
+        try:
+            return ByValue(v)
+        except (TypeError, RuntimeError):
+            pass
+    return v
+
+
 def by_value(v):
     """Tensors in a (nested) target -> ByValue, for the trip to the main process; a tensor numpy
     cannot hold (bfloat16, sparse, ...) travels as torch sends it."""
-    if isinstance(v, torch.Tensor):
-        if v.device.type == "cpu" and not v.requires_grad:
-            try:
-                return ByValue(v)
-            except (TypeError, RuntimeError):
-                pass
-        return v
-    if isinstance(v, dict):
-        return {k: by_value(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [by_value(x) for x in v]
-    return v
+    return map_leaves(_to_value, v)
 
 
 def from_value(v):
     """The inverse of by_value, in the main process."""
-    if isinstance(v, ByValue):
-        return v.tensor()
-    if isinstance(v, dict):
-        return {k: from_value(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [from_value(x) for x in v]
-    return v
+    return map_leaves(lambda x: x.tensor() if isinstance(x, ByValue) else x, v)

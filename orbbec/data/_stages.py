@@ -57,9 +57,16 @@ def _warp_in_decoder(cfg, batch: HostBatch, pos):
 
 def finish_decode(cfg, batch: HostBatch, started) -> None:
     """Takes the result of start_decode_batch (see decode_batch)."""
+    t0 = time.perf_counter()
+    try:
+        _take_decoded(cfg, batch, started)
+    finally:
+        batch.extra["decode_s"] = batch.extra.pop("start_s", 0.0) + time.perf_counter() - t0
+
+
+def _take_decoded(cfg, batch: HostBatch, started) -> None:
     pos = batch.extra.pop("encoded_rows")
     images = list(batch.decoded)
-    t0 = time.perf_counter()
     if pos:
         decoded, _ = started.result()
         if cfg.device.type == "cuda":
@@ -68,7 +75,6 @@ def finish_decode(cfg, batch: HostBatch, started) -> None:
         if started.warped is not None:  # every sample decoded and was warped in the decoder's thread
             batch.extra["rows"], batch.extra["bad"], batch.extra["images"] = list(range(len(images))), [], None
             batch.extra["warped"] = started.warped
-            batch.extra["decode_s"] = batch.extra.pop("start_s", 0.0) + time.perf_counter() - t0
             return
         for i, img in zip(pos, decoded):
             images[i] = img
@@ -87,7 +93,6 @@ def finish_decode(cfg, batch: HostBatch, started) -> None:
         if given is not None and images[i] is not None and images[i].device != cfg.device:
             images[i] = images[i].to(cfg.device, non_blocking=True)
     batch.extra["images"] = [images[i] for i in rows]
-    batch.extra["decode_s"] = batch.extra.pop("start_s", 0.0) + time.perf_counter() - t0
 
 
 def augment_batch(cfg, batch: HostBatch) -> None:

@@ -19,6 +19,7 @@ import weakref
 
 import torch
 
+from ._shared import map_leaves
 from ._stages import augment_batch, finish_decode, start_decode_batch
 
 DONE = object()
@@ -252,14 +253,8 @@ PAGEABLE_COPY_BYTES = 1 << 16
 def _pin_and_move(batch, device) -> None:
     """Targets to the GPU, asynchronously on the current (side) stream: large ones from pinned memory."""
     def move(v):
-        if isinstance(v, torch.Tensor):
-            if v.device.type != "cpu":
-                return v
-            small = v.numel() * v.element_size() <= PAGEABLE_COPY_BYTES
-            return (v if small else v.pin_memory()).to(device, non_blocking=True)
-        if isinstance(v, dict):
-            return {k: move(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [move(x) for x in v]
-        return v
-    batch.targets = move(batch.targets)
+        if not isinstance(v, torch.Tensor) or v.device.type != "cpu":
+            return v
+        small = v.numel() * v.element_size() <= PAGEABLE_COPY_BYTES
+        return (v if small else v.pin_memory()).to(device, non_blocking=True)
+    batch.targets = map_leaves(move, batch.targets)

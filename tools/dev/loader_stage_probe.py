@@ -20,13 +20,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from benchmark_pipeline import build_data, forever, measure, orbbec_transform, run_decode_only  # noqa: E402
+from benchmark_pipeline import build_data, forever, measure, orbbec_transform, proc_stat, run_decode_only  # noqa: E402
 
 
 def _proc_cpu(pid, task=None):
-    with open(f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    _, (utime, stime, _, _) = proc_stat(f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat")
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuClock:
@@ -54,7 +53,8 @@ class CpuClock:
         return {k: round(v / max(batches, 1) * 1e3, 2) for k, v in d.items()}
 
 
-STEPS, MARKS = {}, {}
+STEPS = {}  # step name -> (CPU seconds, calls) since the clock started
+MARKS = {}  # batches taken since the clock started ("n"), and the CPU clock's first reading
 
 
 def _timed(name, f):
@@ -96,28 +96,26 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False):
     loader = GPULoader(items, batch, transform=transform, shuffle=True, num_workers=workers, prefetch=4,
                        drop_last=True, seed=0)
     it = forever(lambda: iter(loader))
-    marks = {}
 
     def step():
         images = next(it)["image"]
-        marks["n"] = marks.get("n", 0) + 1
-        MARKS["n"] = marks["n"]
+        MARKS["n"] = MARKS.get("n", 0) + 1
         return len(images)
 
     def start():
         loader.timing(reset=True)
         STEPS.clear()
-        marks["n"] = 0
+        MARKS["n"] = 0
         if cpu:
             pids = [w.pid for w in getattr(loader._reader._iterator, "_workers", [])]
-            marks["clock"] = CpuClock(pids)
-            marks["a"], marks["t"], marks["n"] = marks["clock"].read(), time.perf_counter(), 0
+            MARKS["clock"] = CpuClock(pids)
+            MARKS["a"], MARKS["t"] = MARKS["clock"].read(), time.perf_counter()
     rate, _ = measure(step, seconds, on_start=start)
     t = loader.timing()
     out = {k: round(v * 1e3, 2) for k, v in t.items() if k != "batches"}
     if cpu:
-        b = marks["clock"].read()
-        out["cpu ms/batch"] = CpuClock.per_batch(marks["a"], b, marks["n"], time.perf_counter() - marks["t"])
+        b = MARKS["clock"].read()
+        out["cpu ms/batch"] = CpuClock.per_batch(MARKS["a"], b, MARKS["n"], time.perf_counter() - MARKS["t"])
     return rate, out
 
 
