@@ -90,7 +90,20 @@ def wrap_steps():
             setattr(cls, n, _timed(f"{cls.__name__}.{n}", getattr(cls, n)))
 
 
-def run_loader(items, batch, seconds, workers, transform, cpu=False):
+def split_cores(worker_pids, n_worker_cores):
+    """The workers' threads on the first `n_worker_cores` cores this process may use, this process's
+    threads (the loader's and the decoder's) on the others."""
+    cores = sorted(os.sched_getaffinity(0))
+    mine, theirs = set(cores[n_worker_cores:]), set(cores[:n_worker_cores])
+    for pid, allowed in [(os.getpid(), mine)] + [(p, theirs) for p in worker_pids]:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), allowed)
+            except OSError:  # a thread that has just ended
+                pass
+
+
+def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0):
     from orbbec.data import GPULoader
 
     loader = GPULoader(items, batch, transform=transform, shuffle=True, num_workers=workers, prefetch=4,
@@ -106,8 +119,10 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False):
         loader.timing(reset=True)
         STEPS.clear()
         MARKS["n"] = 0
+        pids = [w.pid for w in getattr(loader._reader._iterator, "_workers", [])]
+        if worker_cores:
+            split_cores(pids, worker_cores)
         if cpu:
-            pids = [w.pid for w in getattr(loader._reader._iterator, "_workers", [])]
             MARKS["clock"] = CpuClock(pids)
             MARKS["a"], MARKS["t"] = MARKS["clock"].read(), time.perf_counter()
     rate, _ = measure(step, seconds, on_start=start)
@@ -129,6 +144,8 @@ def main():
     ap.add_argument("--no-fuse", action="store_true", help="warp in the augmenting thread, not the decoder's")
     ap.add_argument("--in-flight", type=int, default=0, help="the decoding thread's batches in flight (default: the loader's)")
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--worker-cores", type=int, default=0,
+                    help="after the warm-up, the workers on this many cores and this process on the rest")
     a = ap.parse_args()
     if a.steps:
         wrap_steps()
@@ -143,7 +160,7 @@ def main():
         r, t = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0], ""
     else:
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
-        r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu)
+        r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores)
     print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
     if a.steps:
         n = max(MARKS.get("n", 1), 1)
