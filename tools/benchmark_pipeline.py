@@ -4,8 +4,8 @@ GPU, images/s, orbbec.data.GPULoader beside its peers in one run on one GPU.
 Workloads (tools/workloads.py PIPELINE_WORKLOADS, docs/workloads.md): cls-1080p, cls-500x375
 (RandomResizedCrop 224 + flip + normalise), face (250 x 250 -> 112 x 112 aligned on 5 landmarks + flip
 + normalise), det (640 x 640 random affine + flip + normalise, boxes follow). Every pipeline draws
-per-sample parameters and yields batches on the GPU; the clock runs `--seconds` after a warm-up and
-stops after a device synchronise.
+per-sample parameters and yields batches on the GPU; the clock runs `--seconds` after `--warmup`
+seconds (and at least 4 batches) and stops after a device synchronise.
 
 Pipelines, each in its own process (its own CPU time and GPU memory):
 - orbbec: GPULoader (workers read bytes and draw parameters; nvJPEG decode + one warp with fused
@@ -124,12 +124,23 @@ def _cpu_seconds():
     return total / tck
 
 
-def measure(step, seconds, warmup=4, on_start=None):
-    """images/s and host cores busy of `step()` (returns the images of one batch) run back to back."""
+# Seconds of warm-up before the clock starts (--warmup, set in each child), the same for every
+# pipeline: what is compared is the steady state. A loader's first seconds run slower than its steady
+# state (det on the H100, tools/dev/loader_stage_probe.py --windows 4: 18.0-18.9k img/s in a
+# process's first 2.5 s, its start included, then 21.5-22.4k in each of the next three windows).
+WARMUP_S = 2.0
+
+
+def measure(step, seconds, warmup=4, on_start=None, warmup_s=None):
+    """images/s and host cores busy of `step()` (returns the images of one batch) run back to back,
+    after at least `warmup` batches and `warmup_s` seconds (default WARMUP_S) of it."""
     import torch
 
-    for _ in range(warmup):
+    warmup_s = WARMUP_S if warmup_s is None else warmup_s
+    done, t = 0, time.perf_counter()
+    while done < warmup or time.perf_counter() - t < warmup_s:
         step()
+        done += 1
     torch.cuda.synchronize()
     if on_start is not None:
         on_start()
@@ -359,6 +370,8 @@ def run_one(args):
     import torch
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent's save_stacks on a timeout
+    global WARMUP_S
+    WARMUP_S = args.warmup
     with open(args.data, "rb") as f:
         items, batch = pickle.load(f)[args.workload]
     torch.cuda.init()
@@ -373,6 +386,7 @@ def run_one(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--warmup", type=float, default=WARMUP_S, help="seconds each pipeline runs before the clock starts")
     ap.add_argument("--workloads", default="cls-1080p,cls-500x375,face,det")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--workers", type=int, default=9, help="orbbec's DataLoader workers (reading bytes)")
@@ -411,7 +425,7 @@ def main():
     data_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_data.pkl")
     with open(data_path, "wb") as f:
         pickle.dump({w: build_data(w) for w in workloads}, f)
-    results = {"env": env, "seconds": args.seconds, "workloads": {}}
+    results = {"env": env, "seconds": args.seconds, "warmup_s": args.warmup, "workloads": {}}
     for w in workloads:
         rows = {}
         for name in args.pipelines.split(","):
@@ -419,7 +433,7 @@ def main():
                 if name == "DALI" else [(name, None)]
             for label, load in variants:
                 cmd = [sys.executable, os.path.abspath(__file__), "--run", name, "--workload", w, "--data", data_path,
-                       "--seconds", str(args.seconds), "--workers", str(args.workers)]
+                       "--seconds", str(args.seconds), "--warmup", str(args.warmup), "--workers", str(args.workers)]
                 if load is not None:
                     cmd += ["--hw-load", str(load)]
                 out, err, stall = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{w}-{label}")
@@ -527,7 +541,8 @@ def write_markdown(r, path):
             lines.append(f"| {w} | {k} | {v['rate']:,.0f} | {ratio} | {of_decode} | {of_cpu} "
                          f"| {v['cores']:.1f} | {v['gpu_mb']:,.0f} |")
     with open(path, "w") as f:
-        f.write(f"{r['env']}; {r['seconds']} s per pipeline after a warm-up.\n\n" + "\n".join(lines) + "\n")
+        warmup = f"a {r['warmup_s']} s warm-up" if "warmup_s" in r else "a warm-up of 4 batches"
+        f.write(f"{r['env']}; {r['seconds']} s per pipeline after {warmup}.\n\n" + "\n".join(lines) + "\n")
 
 
 def write_plot(r, path):

@@ -103,7 +103,14 @@ def split_cores(worker_pids, n_worker_cores):
                 pass
 
 
-def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0):
+def _host_time_per_call(a, b):
+    """The decoder's host time per call (ms) between two decoder_stats() readings, by phase."""
+    ha, hb = a["host_seconds"], b["host_seconds"]
+    calls = max(hb["calls"] - ha["calls"], 1)
+    return {k: round((hb[k] - ha[k]) / calls * 1e3, 2) for k in hb if k != "calls"}
+
+
+def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0, windows=1):
     from orbbec.data import GPULoader
 
     loader = GPULoader(items, batch, transform=transform, shuffle=True, num_workers=workers, prefetch=4,
@@ -125,7 +132,18 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_core
         if cpu:
             MARKS["clock"] = CpuClock(pids)
             MARKS["a"], MARKS["t"] = MARKS["clock"].read(), time.perf_counter()
-    rate, _ = measure(step, seconds, on_start=start)
+    from orbbec.io import decoder_stats
+
+    for k in range(windows - 1):  # earlier windows of the same process, to tell its drift from its start
+        s0 = decoder_stats()
+        r, _ = measure(step, seconds, warmup=0, warmup_s=0)
+        print(f"  window {k + 1}: {r:8,.0f} img/s  decoder host ms per call {_host_time_per_call(s0, decoder_stats())}",
+              flush=True)
+    s0 = decoder_stats()
+    rate, _ = measure(step, seconds, on_start=start, warmup_s=None if windows == 1 else 0)
+    if windows > 1:
+        print(f"  window {windows}: {rate:8,.0f} img/s  decoder host ms per call "
+              f"{_host_time_per_call(s0, decoder_stats())}", flush=True)
     t = loader.timing()
     out = {k: round(v * 1e3, 2) for k, v in t.items() if k != "batches"}
     if cpu:
@@ -144,6 +162,7 @@ def main():
     ap.add_argument("--no-fuse", action="store_true", help="warp in the augmenting thread, not the decoder's")
     ap.add_argument("--in-flight", type=int, default=0, help="the decoding thread's batches in flight (default: the loader's)")
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--windows", type=int, default=1, help="measure this many windows in turn in one process")
     ap.add_argument("--worker-cores", type=int, default=0,
                     help="after the warm-up, the workers on this many cores and this process on the rest")
     a = ap.parse_args()
@@ -157,10 +176,16 @@ def main():
         stream.DECODES_IN_FLIGHT = a.in_flight
     items, batch = build_data(a.workload)
     if a.mode == "decode":
+        from orbbec.io import decoder_stats
+
+        s0 = decoder_stats() if a.windows > 1 else None  # (creates the decoder)
         r, t = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0], ""
+        if a.windows > 1:
+            t = f"decoder host ms per call (warm-up included) {_host_time_per_call(s0, decoder_stats())}"
     else:
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
-        r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores)
+        r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores,
+                          windows=a.windows)
     print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
     if a.steps:
         n = max(MARKS.get("n", 1), 1)
