@@ -103,9 +103,11 @@ def split_cores(worker_pids, n_worker_cores):
                 pass
 
 
-def _host_time_per_call(a, b):
-    """The decoder's host time per call (ms) between two decoder_stats() readings, by phase."""
-    ha, hb = a["host_seconds"], b["host_seconds"]
+def host_ms_per_call(before):
+    """The decoder's host time per call (ms) since the decoder_stats() reading `before`, by phase."""
+    from orbbec.io import decoder_stats
+
+    ha, hb = before["host_seconds"], decoder_stats()["host_seconds"]
     calls = max(hb["calls"] - ha["calls"], 1)
     return {k: round((hb[k] - ha[k]) / calls * 1e3, 2) for k in hb if k != "calls"}
 
@@ -134,16 +136,16 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_core
             MARKS["a"], MARKS["t"] = MARKS["clock"].read(), time.perf_counter()
     from orbbec.io import decoder_stats
 
-    for k in range(windows - 1):  # earlier windows of the same process, to tell its drift from its start
+    # With windows > 1, the windows back to back without a timed warm-up (the first includes the
+    # loader's start; the last follows 4 batches), so that a process's first seconds are told from its
+    # steady state.
+    for k in range(1, windows + 1):
         s0 = decoder_stats()
-        r, _ = measure(step, seconds, warmup=0, warmup_s=0)
-        print(f"  window {k + 1}: {r:8,.0f} img/s  decoder host ms per call {_host_time_per_call(s0, decoder_stats())}",
-              flush=True)
-    s0 = decoder_stats()
-    rate, _ = measure(step, seconds, on_start=start, warmup_s=None if windows == 1 else 0)
-    if windows > 1:
-        print(f"  window {windows}: {rate:8,.0f} img/s  decoder host ms per call "
-              f"{_host_time_per_call(s0, decoder_stats())}", flush=True)
+        last = k == windows
+        rate, _ = measure(step, seconds, warmup=4 if last else 0, warmup_s=None if windows == 1 else 0,
+                          on_start=start if last else None)
+        if windows > 1:
+            print(f"  window {k}: {rate:8,.0f} img/s  decoder host ms per call {host_ms_per_call(s0)}", flush=True)
     t = loader.timing()
     out = {k: round(v * 1e3, 2) for k, v in t.items() if k != "batches"}
     if cpu:
@@ -178,10 +180,9 @@ def main():
     if a.mode == "decode":
         from orbbec.io import decoder_stats
 
-        s0 = decoder_stats() if a.windows > 1 else None  # (creates the decoder)
-        r, t = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0], ""
-        if a.windows > 1:
-            t = f"decoder host ms per call (warm-up included) {_host_time_per_call(s0, decoder_stats())}"
+        s0 = decoder_stats()  # (creates the decoder)
+        r = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0]
+        t = f"decoder host ms per call (warm-up included) {host_ms_per_call(s0)}"
     else:
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
         r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores,
