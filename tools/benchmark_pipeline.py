@@ -503,12 +503,9 @@ def _stall_evidence(pid, name):
                                    capture_output=True, text=True).stdout)
         except OSError as e:  # no ps on this machine
             f.write(f"ps: {e}\n")
-    stacks = path + ".stacks"
-    save_stacks(pid, stacks)
+        f.write("\n--- native stacks ---\n")
+        save_stacks(pid, f)
     time.sleep(2)  # faulthandler's Python stacks reach the child's stderr
-    with open(stacks) as src, open(path, "a") as f:
-        f.write("\n--- native stacks ---\n" + src.read())
-    os.remove(stacks)
     return path
 
 

@@ -7,16 +7,17 @@ import signal
 import subprocess
 
 
-def save_stacks(pid: int, path: str) -> None:
+def save_stacks(pid: int, f) -> None:
+    """The native stacks written to the open text file `f`; the Python ones asked for."""
     gdb = shutil.which("gdb") or shutil.which("cuda-gdb")
-    with open(path, "w") as f:
-        if gdb:
-            try:
-                r = subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-                f.write(r.stdout)
-            except subprocess.TimeoutExpired:
-                f.write("gdb did not finish within 120 s\n")
-        else:
-            f.write("no gdb on this machine\n")
+    if gdb:
+        try:
+            r = subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+            f.write(r.stdout)
+        except subprocess.TimeoutExpired:
+            f.write("gdb did not finish within 120 s\n")
+    else:
+        f.write("no gdb on this machine\n")
+    f.flush()
     os.kill(pid, signal.SIGUSR1)

@@ -106,7 +106,8 @@ def main():
             elif time.time() - last[1] > a.stall + (60 if n == 0 else 0):
                 stalled.add(k)
                 if len(stalled) == 1 and a.dump:  # the first one's stacks (attaching a debugger takes a while)
-                    save_stacks(p.pid, os.path.join(a.out, f"stacks{k}.txt"))
+                    with open(os.path.join(a.out, f"stacks{k}.txt"), "w") as f:
+                        save_stacks(p.pid, f)
                     time.sleep(2)
                 p.kill()
     for k, (p, prog, _) in enumerate(procs):
