@@ -121,17 +121,25 @@ def test_the_next_epoch_read_ahead_is_the_one_asked_for(device):
 @pytest.mark.parametrize("colour", [False, True])
 def test_the_warp_in_the_decoders_thread_is_compose_apply(colour, monkeypatch):
     """The loader warps each batch in the GPU decoder's thread (the decoded images never reach
-    Python); its batches are bit for bit Compose.apply's on decode_jpeg's images with the same
-    drawn parameters, with and without a photometric transform after the warp."""
-    from orbbec.data import _stages
+    Python); its batches are bit for bit Compose.apply's on decode_jpeg's images (of every row) with
+    the same drawn parameters, with and without a photometric transform after the warp, while it
+    decodes many of the JPEGs only down to the rows the warp reads (partial_decode)."""
+    from orbbec.data import _samples, _stages
     from orbbec.io import decode_jpeg
 
     real, used = _stages.start_batch_decode, []
+    real_rows, cut = _samples.rows_to_decode, []
 
     def counting(data, warp=None, **kwargs):
         used.append(warp is not None)  # the batch is warped in the decoder's thread
         return real(data, warp, **kwargs)
+
+    def counting_rows(*args):
+        rows = real_rows(*args)
+        cut.extend(r is not None for r in rows)
+        return rows
     monkeypatch.setattr(_stages, "start_batch_decode", counting)
+    monkeypatch.setattr(_samples, "rows_to_decode", counting_rows)
     ds = JpegDataset(10)
     tf = _transform(colour)
     for b in GPULoader(ds, 5, transform=tf, shuffle=True, seed=4, device="cuda", return_params=True):
@@ -139,6 +147,7 @@ def test_the_warp_in_the_decoders_thread_is_compose_apply(colour, monkeypatch):
         want = tf.apply(decode_jpeg([ds.jpegs[i] for i in labels], device="cuda"), b["params"])
         assert torch.equal(b["image"], want)
     assert sum(used) >= 2  # (and the next epoch's, read ahead)
+    assert sum(cut) >= len(cut) // 4, (sum(cut), len(cut))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -331,6 +340,59 @@ def test_packed_bytes_round_trip():
     batch.pack()
     after = [None if e is None else e.tobytes() for e in batch.buffers()]
     assert after == before and before[4] is None and before[0] == ds.jpegs[0]
+    # Rows cut short: the packed copy carries the cut headers, the dataset's bytes stay whole.
+    ds = JpegDataset(8)
+    whole = [bytes(j) for j in ds.jpegs]
+    batch = prepare(ds, list(range(8)), transform=_transform(), seed=0, epoch=0, box_min_visible=0.0,
+                    flip_pairs=None, ragged="padded", partial_decode=True)
+    cut = [bytes(b) for b in batch.buffers()]
+    batch.pack()
+    assert [b.tobytes() for b in batch.buffers()] == cut and ds.jpegs == whole
+    assert 0 < sum(c != w for c, w in zip(cut, whole)) and all(len(c) == len(w) for c, w in zip(cut, whole))
+
+
+PARTIAL_TRANSFORMS = {
+    "crop": [A.RandomResizedCrop(64), A.RandomHorizontalFlip()],
+    "crop-vflip": [A.RandomResizedCrop((48, 80), scale=(0.05, 0.5)), A.RandomVerticalFlip()],
+    "affine": [A.RandomAffine(30, translate=(0.2, 0.2), scale=(0.5, 1.2), shear=10), A.Resize((96, 128))],
+    "centre": [A.Resize(120), A.CenterCrop(100)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARTIAL_TRANSFORMS))
+def test_partial_decode_warps_to_the_whole_images_pixels(name):
+    """Each JPEG cut short to the rows its warp reads (the loader's partial_decode), decoded by
+    libjpeg-turbo and warped by cv2 with every interpolation and border, gives the warp of the whole
+    image, while real photographs are cut (by up to 75% of their rows)."""
+    import cv2
+    from orbbec.data._samples import prepare
+
+    class Photos(torch.utils.data.Dataset):
+        jpegs = [encode(photo(i, (180 + 36 * (i % 3), 240)), quality=90) for i in range(12)]
+
+        def __len__(self):
+            return len(self.jpegs)
+
+        def __getitem__(self, i):
+            return self.jpegs[i]
+
+    ds = Photos()
+    batch = prepare(ds, list(range(len(ds))), transform=A.Compose(PARTIAL_TRANSFORMS[name]), seed=3, epoch=1,
+                    box_min_visible=0.0, flip_pairs=None, ragged="padded", partial_decode=True)
+    cut = 0
+    h, w = batch.params.size
+    for k, (whole, part) in enumerate(zip(ds.jpegs, batch.buffers())):
+        full = cv2.imdecode(np.frombuffer(whole, np.uint8), cv2.IMREAD_COLOR)
+        top = cv2.imdecode(np.frombuffer(part, np.uint8), cv2.IMREAD_COLOR)
+        cut += top.shape[0] < full.shape[0]
+        M = batch.params.matrices[k].numpy()
+        for interp in (cv2.INTER_LINEAR, cv2.INTER_CUBIC, cv2.INTER_LANCZOS4):
+            for border in (cv2.BORDER_CONSTANT, cv2.BORDER_REPLICATE, cv2.BORDER_REFLECT_101):
+                want = cv2.warpAffine(full, M, (w, h), flags=interp, borderMode=border, borderValue=(7, 8, 9))
+                got = cv2.warpAffine(top, M, (w, h), flags=interp, borderMode=border, borderValue=(7, 8, 9))
+                assert np.array_equal(got, want), (name, k, top.shape, interp, border)
+    if name != "affine":  # the affine's rotations reach the bottom rows of most images
+        assert cut >= len(ds) // 3, cut
 
 
 class _Done:
@@ -361,9 +423,9 @@ def test_worker_batches_arrive_intact_through_reused_slots():
         fresh += batch.packed is not None
         batch.unpack(slots)
         want = prepare(ds, indices, transform=_transform(), seed=7, epoch=0, box_min_visible=0.0, flip_pairs=None,
-                       ragged="padded")
+                       ragged="padded", partial_decode=True)  # the headers cut short travel too
         assert batch.indices == indices and batch.slot is not None
-        assert [e.tobytes() for e in batch.buffers()] == [bytes(e) for e in want.encoded]
+        assert [e.tobytes() for e in batch.buffers()] == [bytes(e) for e in want.buffers()]
         assert torch.equal(batch.params.matrices, want.params.matrices)
         for k in ("boxes", "labels", "num_boxes"):
             assert isinstance(batch.targets[k], torch.Tensor) and torch.equal(batch.targets[k], want.targets[k]), k

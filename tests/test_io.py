@@ -148,6 +148,40 @@ def test_cpu_large_image():
     assert img.shape == (8000, 8000, 3) and torch.equal(img, torch.from_numpy(cv2_decode(jpeg)))
 
 
+def _cut_short(jpeg: bytes, rows: int) -> np.ndarray:
+    from orbbec.io._buffers import jpeg_frame, with_height
+    cut = np.frombuffer(jpeg, np.uint8).copy()
+    with_height(cut, jpeg_frame(jpeg), rows)
+    return cut
+
+
+def _cuttable_variants():
+    """name -> (JPEG, its frame header) for the files whose rows can be cut short; the progressive
+    one must not be (its scans each cover the whole image)."""
+    from orbbec.io._buffers import jpeg_frame
+    frames = {name: (jpeg, jpeg_frame(jpeg)) for name, jpeg in variants((200, 280)).items()}
+    assert not frames["progressive"][1].rows_cuttable and frames["sampling-420"][1].rows_cuttable
+    assert frames["sampling-420"][1].mcu_height == 16 and frames["sampling-444"][1].mcu_height == 8
+    return {name: f for name, f in frames.items() if f[1].rows_cuttable}
+
+
+# A decoder's last row of a 2x vertically subsampled image is upsampled from its own chroma row only:
+# the rows of a cut frame are the whole image's but for the last (orbbec/data/_rows.py keeps 2 more).
+CUT_ROWS_THAT_MAY_DIFFER = 2
+
+
+def test_cpu_a_frame_cut_short_decodes_to_the_whole_images_top_rows():
+    for name, (jpeg, frame) in _cuttable_variants().items():
+        full = cv2_decode(jpeg)
+        for rows in range(frame.mcu_height, frame.height, 3 * frame.mcu_height):
+            img = decode_jpeg(_cut_short(jpeg, rows), device="cpu")
+            keep = rows - CUT_ROWS_THAT_MAY_DIFFER
+            assert img.shape == (rows,) + full.shape[1:], (name, rows)
+            assert torch.equal(img[:keep], torch.from_numpy(full[:keep])), (name, rows)
+    with pytest.raises(ValueError, match="cannot cut"):
+        _cut_short(encode(photo(0, (64, 64))), 40)  # not a multiple of the MCU height
+
+
 # ---------------------------------------------------------------- GPU path
 
 @requires_nvjpeg
@@ -163,6 +197,29 @@ def test_gpu_close_to_cv2_on_every_kind_of_file(mode, path):
         assert img.device.type == "cuda" and img.shape == ref.shape, name
         mean, p999, _ = _diff(img, ref)
         assert mean < GPU_MEAN_BOUND and p999 <= GPU_P999_BOUND, (name, mean, p999)
+
+
+@requires_nvjpeg
+@pytest.mark.parametrize("path", [0, 1])
+def test_gpu_a_frame_cut_short_decodes_to_the_whole_images_top_rows(path):
+    """The loader's partial decode: each path, told by the frame header that the image ends early,
+    decodes its first rows as it decodes them in the whole image, and reports no error for the
+    coded data it leaves unread."""
+    names, cut, full, rows_of = [], [], [], []
+    for name, (jpeg, frame) in _cuttable_variants().items():
+        for rows in range(frame.mcu_height, frame.height, 5 * frame.mcu_height):
+            names.append(name)
+            cut.append(_cut_short(jpeg, rows))
+            full.append(np.frombuffer(jpeg, np.uint8))
+            rows_of.append(rows)
+    dev = torch.device("cuda")
+    cut_imgs, errors = oio._decode_cuda(cut, "RGB", [None] * len(cut), False, dev, only_path=path)[:2]
+    whole = oio._decode_cuda(full, "RGB", [None] * len(full), False, dev, only_path=path)[0]
+    assert errors == [""] * len(cut)
+    for name, rows, a, b in zip(names, rows_of, cut_imgs, whole):
+        keep = rows - CUT_ROWS_THAT_MAY_DIFFER
+        assert a.shape == (rows,) + b.shape[1:], (name, rows)
+        assert torch.equal(a[:keep], b[:keep]), (name, rows)
 
 
 @requires_nvjpeg

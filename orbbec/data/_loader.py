@@ -40,6 +40,7 @@ class _Config:
     flip_pairs: Any
     border_value: Any
     slots: Optional[SlotTable] = None  # reusable shared-memory buffers for the workers' bytes
+    partial_decode: bool = True
 
 
 class _Batches(torch.utils.data.Dataset):
@@ -54,7 +55,8 @@ class _Batches(torch.utils.data.Dataset):
         cfg = self.cfg
         epoch, seed, indices = key
         batch = prepare(cfg.dataset, indices, transform=cfg.transform, seed=seed, epoch=epoch,
-                        box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged)
+                        box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged,
+                        partial_decode=cfg.partial_decode and cfg.device.type == "cuda")
         batch.extra["epoch"], batch.extra["seed"] = epoch, seed  # the consumer checks the key it gets
         if cfg.device.type == "cpu":
             assemble(cfg, batch)  # the CPU path decodes and augments in the worker too
@@ -130,13 +132,17 @@ class GPULoader:
         its batch and its index added to `skipped`; the batch's other samples are kept).
     ragged: "padded" (boxes [B, N, 4] padded with zeros, labels with -1, counts in "num_boxes") or "list".
     return_params: also yield the drawn Params (matrices, flags) for debugging: (..., params) or ["params"].
+    partial_decode: on the GPU, decode each JPEG only down to the last row its warp reads (a random
+        crop's bottom plus a few rows): the rest is never entropy-decoded, and the warp's pixels are
+        those of the whole image's decode. The decoder may then take another of its two paths for
+        the shorter image (docs/io.md), whose pixels differ slightly. False decodes every row.
     """
 
     def __init__(self, dataset, batch_size: int = 1, *, transform=None, shuffle: bool = False, sampler=None,
                  drop_last: bool = False, num_workers: int = 0, device=None, prefetch: int = 2, seed: int = 0,
                  on_error: str = "raise", mode: str = "RGB", rank: Optional[int] = None,
                  world_size: Optional[int] = None, ragged: str = "padded", return_params: bool = False,
-                 box_min_visible: float = 0.0, flip_pairs=None, border_value=0):
+                 box_min_visible: float = 0.0, flip_pairs=None, border_value=0, partial_decode: bool = True):
         if batch_size < 1:
             raise ValueError(f"GPULoader: batch_size must be >= 1, got {batch_size}")
         if on_error not in ("raise", "skip"):
@@ -167,7 +173,7 @@ class GPULoader:
         if self.device.type == "cuda" and self.num_workers > 0:
             slots = SlotTable(self.num_workers, self.prefetch + 4)
         self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
-                            border_value, slots)
+                            border_value, slots, bool(partial_decode))
         self._reader = torch.utils.data.DataLoader(
             _Batches(self._cfg), batch_size=None, sampler=self._keys, num_workers=self.num_workers, collate_fn=_identity,
             prefetch_factor=self.prefetch if self.num_workers else None, persistent_workers=self.num_workers > 0)

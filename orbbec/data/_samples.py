@@ -13,8 +13,9 @@ from torch.utils.data import default_collate
 
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
 from ..io import read_file
-from ..io._buffers import jpeg_size
+from ..io._buffers import jpeg_frame, with_height
 from .._library import _C
+from ._rows import rows_to_decode
 from ._shared import by_value, from_value
 
 # Dict keys that move with the image (everything else is collated as it is).
@@ -38,6 +39,7 @@ class HostBatch:
     packed: Optional[torch.Tensor] = None    # all encoded bytes in one uint8 tensor (see pack)
     offsets: Optional[List[int]] = None
     slot: Optional[tuple] = None             # (worker, slot) of a reusable shared buffer (see pack)
+    cut_rows: Optional[List[Optional[tuple]]] = None  # (frame, rows) where only the top rows are decoded
 
     def pack(self, slots=None, worker: int = 0) -> None:
         """Moves the encoded bytes into one uint8 tensor, a reusable slot of `slots` (a SlotTable)
@@ -54,14 +56,17 @@ class HostBatch:
             self.slot = (worker, slot)
         flat = tensor.numpy()
         self.offsets, pos = [], 0
-        for e, n in zip(self.encoded, lengths):
+        for k, (e, n) in enumerate(zip(self.encoded, lengths)):
             if e is not None:
                 flat[pos:pos + n] = np.frombuffer(e, np.uint8) if not isinstance(e, np.ndarray) else e
+                if self.cut_rows is not None and self.cut_rows[k] is not None:
+                    with_height(flat[pos:pos + n], *self.cut_rows[k])
             self.offsets.append(pos)
             pos += n
         self.offsets.append(pos)
         self.packed = tensor if claimed is None or fresh else None
         self.encoded = [e is not None for e in self.encoded]
+        self.cut_rows = None  # written into the packed copy
         self.targets = by_value(self.targets)
         if self.params is not None:
             self.params.matrices = by_value(self.params.matrices)
@@ -75,9 +80,17 @@ class HostBatch:
             self.params.matrices = from_value(self.params.matrices)
 
     def buffers(self) -> List[Any]:
-        """The encoded bytes per sample (None where there are none), as zero-copy views."""
+        """The encoded bytes per sample (None where there are none), as zero-copy views (copies where
+        the rows to decode are cut short: the dataset's own bytes stay as they are)."""
         if self.packed is None:
-            return self.encoded
+            if self.cut_rows is None:
+                return self.encoded
+            out = list(self.encoded)
+            for k, cut in enumerate(self.cut_rows):
+                if cut is not None and out[k] is not None:
+                    out[k] = np.frombuffer(out[k], np.uint8).copy()
+                    with_height(out[k], *cut)
+            return out
         flat = self.packed.numpy()
         return [flat[self.offsets[i]:self.offsets[i + 1]] if has else None for i, has in enumerate(self.encoded)]
 
@@ -93,26 +106,27 @@ def _split(item):
 
 
 def _image_source(image, index):
-    """(encoded bytes, decoded tensor, (h, w), error) of a dataset item's image."""
+    """(encoded bytes, decoded tensor, (h, w), error, JPEG frame header) of a dataset item's image."""
     if isinstance(image, (str, os.PathLike)):
         try:
             image = read_file(image)
         except OSError as e:
-            return None, None, (1, 1), f"cannot read {image!r}: {e.strerror or e}"
+            return None, None, (1, 1), f"cannot read {image!r}: {e.strerror or e}", None
     if isinstance(image, (torch.Tensor, np.ndarray)) and image.ndim == 3:
         t = torch.as_tensor(image)
         if t.dtype != torch.uint8:
-            return None, None, (1, 1), f"a decoded image must be uint8 HWC, got {t.dtype}"
-        return None, t, (int(t.shape[0]), int(t.shape[1])), ""
+            return None, None, (1, 1), f"a decoded image must be uint8 HWC, got {t.dtype}", None
+        return None, t, (int(t.shape[0]), int(t.shape[1])), "", None
     if isinstance(image, torch.Tensor):
         image = image.numpy()
     if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
-        return None, None, (1, 1), f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}"
-    size = jpeg_size(image)
-    if size is None:
+        return (None, None, (1, 1), f"the image must be encoded bytes, a path or a uint8 HWC array, got "
+                f"{type(image).__name__}", None)
+    frame = jpeg_frame(image)
+    if frame is None:
         problem = _C.jpeg_buffer_problem(np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image)
-        return None, None, (1, 1), problem or "no JPEG frame header (SOF) found"
-    return image, None, size, ""
+        return None, None, (1, 1), problem or "no JPEG frame header (SOF) found", None
+    return image, None, (frame.height, frame.width), "", frame
 
 
 def _flipped(sample: dict) -> bool:
@@ -200,7 +214,9 @@ def collate_dicts(targets: List[dict], ragged: str) -> dict:
 
 
 def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, box_min_visible: float,
-            flip_pairs, ragged: str) -> HostBatch:
+            flip_pairs, ragged: str, partial_decode: bool = False) -> HostBatch:
+    """The CPU side of a batch (see the module's doc). partial_decode: decode each JPEG only down to
+    the last rows its warp reads (orbbec/data/_rows.py)."""
     items = [dataset[i] for i in indices]
     split = [_split(it) for it in items]
     kinds = {k for _, _, k in split}
@@ -214,6 +230,10 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
     if transform is not None:
         batch.params = transform.draw([s[2] for s in sources], indices, epoch=epoch, seed=seed,
                                       targets=targets if kind == "dict" else None)
+        if partial_decode:
+            rows = rows_to_decode(batch.params.matrices.numpy(), batch.params.size, [s[4] for s in sources])
+            if any(r is not None for r in rows):
+                batch.cut_rows = [None if r is None else (s[4], r) for s, r in zip(sources, rows)]
     if kind == "dict":
         if batch.params is not None:
             M, size = batch.params.matrices, batch.params.size

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -57,10 +58,11 @@ def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
 _SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 
 
-def jpeg_segments(buf):
+def jpeg_segments(buf, with_scan: bool = False):
     """The header segments of a JPEG, before its first scan: (marker, view of the buffer, offset of
-    the segment's FF byte, its length field). Stops at the scan, the end of the image, or anything
-    that is not a marker. Reads the markers only: cheap enough for DataLoader workers."""
+    the segment's FF byte, its length field). Stops at the scan (yielded last when with_scan), the
+    end of the image, or anything that is not a marker. Reads the markers only: cheap enough for
+    DataLoader workers."""
     b = memoryview(buf).cast("B") if not isinstance(buf, np.ndarray) else memoryview(buf)
     n = len(b)
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
@@ -75,20 +77,61 @@ def jpeg_segments(buf):
             pos += 2
             continue
         length = (b[pos + 2] << 8) | b[pos + 3]
+        if marker == 0xDA and with_scan and length >= 2:
+            yield marker, b, pos, length
         if marker in (0xD9, 0xDA) or length < 2:
             return
         yield marker, b, pos, length
         pos += 2 + length
 
 
+class JpegFrame(NamedTuple):
+    """What a JPEG's frame header says: the stored size, where the header is (offset of its FF
+    byte), the height of a row of MCUs, and whether the rows can be cut short (see with_height)."""
+    height: int
+    width: int
+    offset: int
+    mcu_height: int
+    rows_cuttable: bool
+
+
+def jpeg_frame(buf) -> Optional[JpegFrame]:
+    """The frame header of a JPEG, or None when the buffer has none (not a JPEG, or cut before it)."""
+    frame = None
+    for marker, b, pos, length in jpeg_segments(buf, with_scan=True):
+        if marker in _SOF and frame is None:
+            if pos + 10 > len(b):
+                return None
+            h, w, n = (b[pos + 5] << 8) | b[pos + 6], (b[pos + 7] << 8) | b[pos + 8], b[pos + 9]
+            if h <= 0 or w <= 0 or pos + 10 + 3 * n > len(b):
+                return None
+            vmax = max((b[pos + 11 + 3 * k] & 0x0F for k in range(n)), default=1)
+            frame = [h, w, pos, 8 * max(1, vmax) if n > 1 else 8, marker in (0xC0, 0xC1), n]
+        elif marker == 0xDA and frame is not None:
+            # Huffman-coded sequential with every component in the first scan: the whole image is one
+            # scan, coded MCU row after MCU row from the top.
+            frame[4] = frame[4] and pos + 4 < len(b) and b[pos + 4] == frame[5]
+            break
+    else:
+        if frame is not None:
+            frame[4] = False  # no scan found after the frame header
+    return None if frame is None else JpegFrame(*frame[:5])
+
+
 def jpeg_size(buf):
     """(height, width) of the stored pixels from a JPEG's frame header, or None when the buffer has
     none (not a JPEG, or cut before it). DataLoader workers draw each sample's augmentation from it
     before the image is decoded."""
-    for marker, b, pos, _ in jpeg_segments(buf):
-        if marker in _SOF:
-            if pos + 9 > len(b):
-                return None
-            h, w = (b[pos + 5] << 8) | b[pos + 6], (b[pos + 7] << 8) | b[pos + 8]
-            return (h, w) if h > 0 and w > 0 else None
-    return None
+    frame = jpeg_frame(buf)
+    return None if frame is None else (frame.height, frame.width)
+
+
+def with_height(buf: np.ndarray, frame: JpegFrame, rows: int) -> None:
+    """Writes `rows` (a multiple of the MCU height, below the stored height) into the frame header of
+    `buf`, a writable copy of the JPEG: a decoder then stops after the MCU rows that cover `rows`,
+    and the pixels of those rows are the whole image's (the later rows' coded data is never read).
+    Only for frames with rows_cuttable."""
+    if not frame.rows_cuttable or not 0 < rows < frame.height or rows % frame.mcu_height:
+        raise ValueError(f"with_height: cannot cut a {frame.height}-row frame (MCU {frame.mcu_height}) to {rows} rows")
+    buf[frame.offset + 5] = rows >> 8
+    buf[frame.offset + 6] = rows & 0xFF
