@@ -11,7 +11,7 @@ Pipelines, each in its own process (its own CPU time and GPU memory):
 - orbbec: GPULoader (workers read bytes and draw parameters; nvJPEG decode + one warp with fused
   normalise on a side stream, prefetched), each JPEG decoded down to the last row its warp reads
   (partial_decode, its default; the share of rows decoded is printed under the table).
-- orbbec, every row: the same with partial_decode=False.
+- orbbec (every row): the same with partial_decode=False.
 - orbbec decode only: the GPU decoder alone, each batch started (orbbec.io.start_decode) before the one
   before it is taken, as the loader drives it (the ceiling).
 - DALI: external source of bytes; classification with decoders.image_random_crop (mixed) + resize +
@@ -52,8 +52,8 @@ sys.path.insert(0, HERE)
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-PIPELINES = ["orbbec", "orbbec, every row", "orbbec decode only", "DALI", "torchvision", "CPU DataLoader"]
-LOADER_ROWS = ("orbbec", "orbbec, every row")  # the GPULoader's rows of the table
+PIPELINES = ["orbbec", "orbbec (every row)", "orbbec decode only", "DALI", "torchvision", "CPU DataLoader"]
+LOADER_ROWS = ("orbbec", "orbbec (every row)")  # the GPULoader's rows of the table
 
 
 # ---------------------------------------------------------------- data and transforms (shared)
@@ -131,7 +131,7 @@ def _cpu_seconds():
 # pipeline: what is compared is the steady state. A loader's first seconds run slower than its steady
 # state (det on the H100, tools/dev/loader_stage_probe.py --windows 4: 18.0-18.9k img/s in a
 # process's first 2.5 s, its start included, then 21.5-22.4k in each of the next three windows).
-WARMUP_S = 2.0
+WARMUP_S = 5.0
 
 
 def measure(step, seconds, warmup=4, on_start=None, warmup_s=None):
@@ -376,7 +376,7 @@ def run_cpu_loader(workload, items, batch, seconds, workers):
     return measure(step, seconds)
 
 
-RUNNERS = {"orbbec": run_orbbec, "orbbec, every row": lambda *a: run_orbbec(*a, partial_decode=False),
+RUNNERS = {"orbbec": run_orbbec, "orbbec (every row)": lambda *a: run_orbbec(*a, partial_decode=False),
            "orbbec decode only": run_decode_only, "DALI": run_dali,
            "torchvision": run_torchvision, "CPU DataLoader": run_cpu_loader}
 
@@ -563,7 +563,7 @@ def write_markdown(r, path):
         f.write(f"{r['env']}; {r['seconds']} s per pipeline after {warmup}.\n\n" + "\n".join(lines) + "\n")
         if shares:
             f.write("\nThe orbbec row decodes each JPEG down to the last row its warp reads (partial_decode); "
-                    "share of the rows decoded: " + ", ".join(shares) + ". \"orbbec, every row\" and "
+                    "share of the rows decoded: " + ", ".join(shares) + ". \"orbbec (every row)\" and "
                     "\"orbbec decode only\" decode every row.\n")
 
 

@@ -20,7 +20,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from benchmark_pipeline import build_data, forever, measure, orbbec_transform, proc_stat, run_decode_only  # noqa: E402
+from benchmark_pipeline import build_data, draws, forever, measure, orbbec_transform, proc_stat, run_decode_only  # noqa: E402
 
 
 def _proc_cpu(pid, task=None):
@@ -103,6 +103,26 @@ def split_cores(worker_pids, n_worker_cores):
                 pass
 
 
+def cut_items(workload, items):
+    """The items with each JPEG cut to the rows one draw of its warp reads (the loader's
+    partial_decode, decided once per file), for decoding alone on those rows."""
+    import numpy as np
+    from orbbec.data._rows import rows_to_decode
+    from orbbec.io._buffers import jpeg_frame, with_height
+
+    p = draws(items, range(len(items)), workload)
+    frames = [jpeg_frame(it["image"]) for it in items]
+    out = []
+    for it, frame, rows in zip(items, frames, rows_to_decode(p.matrices.numpy(), p.size, frames)):
+        image = it["image"]
+        if rows is not None:
+            image = np.frombuffer(image, np.uint8).copy()
+            with_height(image, frame, rows)
+            image = image.tobytes()
+        out.append(dict(it, image=image))
+    return out
+
+
 def host_ms_per_call(before):
     """The decoder's host time per call (ms) since the decoder_stats() reading `before`, by phase."""
     from orbbec.io import decoder_stats
@@ -165,6 +185,7 @@ def main():
     ap.add_argument("--in-flight", type=int, default=0, help="the decoding thread's batches in flight (default: the loader's)")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--windows", type=int, default=1, help="measure this many windows in turn in one process")
+    ap.add_argument("--cut-rows", action="store_true", help="--mode decode: on the rows a draw's warp reads only")
     ap.add_argument("--worker-cores", type=int, default=0,
                     help="after the warm-up, the workers on this many cores and this process on the rest")
     a = ap.parse_args()
@@ -177,6 +198,8 @@ def main():
         import orbbec.data._stream as stream
         stream.DECODES_IN_FLIGHT = a.in_flight
     items, batch = build_data(a.workload)
+    if a.cut_rows:
+        items = cut_items(a.workload, items)
     if a.mode == "decode":
         from orbbec.io import decoder_stats
 

@@ -480,6 +480,12 @@ void allocate_one_block(const std::vector<ImagePlan>& plans, int64_t channels, c
     total += (plans[i].pixels * channels + 511) / 512 * 512;
   }
   if (total == 0) return;
+  // Rounded up to one of four sizes per power of two: batches whose images differ in size (the
+  // loader's partial decode cuts each JPEG to a different height) then reuse one another's cached
+  // blocks instead of leaving the caching allocator a block of every size (1080p: 1.2 GB more).
+  const int64_t octave = int64_t{1} << (63 - __builtin_clzll(static_cast<uint64_t>(total)));
+  const int64_t step = std::max<int64_t>(octave / 4, 512);
+  total = (total + step - 1) / step * step;
   const at::Tensor block = at::empty({total}, options);
   c10::cuda::CUDACachingAllocator::recordStream(block.storage().data_ptr(), current);
   for (size_t i = 0; i < plans.size(); ++i) {
