@@ -129,8 +129,8 @@ def _cpu_seconds():
 
 # Seconds of warm-up before the clock starts (--warmup, set in each child), the same for every
 # pipeline: what is compared is the steady state. A loader's first seconds run slower than its steady
-# state (det on the H100, tools/dev/loader_stage_probe.py --windows 4: 18.0-18.9k img/s in a
-# process's first 2.5 s, its start included, then 21.5-22.4k in each of the next three windows).
+# state, for longer on large images (H100, tools/dev/loader_stage_probe.py --windows 5 --seconds 1.5,
+# cls-1080p: 1,305 / 5,732 / 5,904 / 6,282 / 7,112 img/s in consecutive windows of one process).
 WARMUP_S = 5.0
 
 
