@@ -178,15 +178,19 @@ def run_orbbec(workload, items, batch, seconds, workers, partial_decode=True):
     return rate, cores
 
 
-def rows_decoded(workload, items, n=2048):
-    """The share of the JPEGs' rows the loader's partial decode decodes, over the first n items."""
+def rows_to_decode_of(items, indices, workload):
+    """(JPEG frame headers, the loader's partial_decode rows) of items[indices] under one draw each."""
     from orbbec.data._rows import rows_to_decode
     from orbbec.io._buffers import jpeg_frame
 
-    idx = list(range(min(n, len(items))))
-    p = draws(items, idx, workload)
-    frames = [jpeg_frame(items[i]["image"]) for i in idx]
-    rows = rows_to_decode(p.matrices.numpy(), p.size, frames)
+    p = draws(items, indices, workload)
+    frames = [jpeg_frame(items[i]["image"]) for i in indices]
+    return frames, rows_to_decode(p.matrices.numpy(), p.size, frames)
+
+
+def rows_decoded(workload, items, n=2048):
+    """The share of the JPEGs' rows the loader's partial decode decodes, over the first n items."""
+    frames, rows = rows_to_decode_of(items, list(range(min(n, len(items)))), workload)
     return sum(f.height if r is None else r for f, r in zip(frames, rows)) / sum(f.height for f in frames)
 
 

@@ -97,25 +97,24 @@ class JpegFrame(NamedTuple):
 
 def jpeg_frame(buf) -> Optional[JpegFrame]:
     """The frame header of a JPEG, or None when the buffer has none (not a JPEG, or cut before it)."""
-    frame = None
+    frame, components = None, 0
     for marker, b, pos, length in jpeg_segments(buf, with_scan=True):
         if marker in _SOF and frame is None:
             if pos + 10 > len(b):
                 return None
-            h, w, n = (b[pos + 5] << 8) | b[pos + 6], (b[pos + 7] << 8) | b[pos + 8], b[pos + 9]
-            if h <= 0 or w <= 0 or pos + 10 + 3 * n > len(b):
+            h, w, components = (b[pos + 5] << 8) | b[pos + 6], (b[pos + 7] << 8) | b[pos + 8], b[pos + 9]
+            if h <= 0 or w <= 0 or pos + 10 + 3 * components > len(b):
                 return None
-            vmax = max((b[pos + 11 + 3 * k] & 0x0F for k in range(n)), default=1)
-            frame = [h, w, pos, 8 * max(1, vmax) if n > 1 else 8, marker in (0xC0, 0xC1), n]
+            vmax = max((b[pos + 11 + 3 * k] & 0x0F for k in range(components)), default=1)
+            mcu_height = 8 * max(1, vmax) if components > 1 else 8
+            frame = JpegFrame(h, w, pos, mcu_height, rows_cuttable=False)
+            huffman_sequential = marker in (0xC0, 0xC1)
         elif marker == 0xDA and frame is not None:
             # Huffman-coded sequential with every component in the first scan: the whole image is one
-            # scan, coded MCU row after MCU row from the top.
-            frame[4] = frame[4] and pos + 4 < len(b) and b[pos + 4] == frame[5]
-            break
-    else:
-        if frame is not None:
-            frame[4] = False  # no scan found after the frame header
-    return None if frame is None else JpegFrame(*frame[:5])
+            # scan, coded MCU row after MCU row from the top. (Without a scan the rows stay uncut.)
+            one_scan = pos + 4 < len(b) and b[pos + 4] == components
+            return frame._replace(rows_cuttable=huffman_sequential and one_scan)
+    return frame
 
 
 def jpeg_size(buf):

@@ -20,7 +20,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from benchmark_pipeline import build_data, draws, forever, measure, orbbec_transform, proc_stat, run_decode_only  # noqa: E402
+from benchmark_pipeline import (build_data, forever, measure, orbbec_transform, proc_stat, rows_to_decode_of,  # noqa: E402
+                                run_decode_only)
 
 
 def _proc_cpu(pid, task=None):
@@ -107,13 +108,10 @@ def cut_items(workload, items):
     """The items with each JPEG cut to the rows one draw of its warp reads (the loader's
     partial_decode, decided once per file), for decoding alone on those rows."""
     import numpy as np
-    from orbbec.data._rows import rows_to_decode
-    from orbbec.io._buffers import jpeg_frame, with_height
+    from orbbec.io._buffers import with_height
 
-    p = draws(items, range(len(items)), workload)
-    frames = [jpeg_frame(it["image"]) for it in items]
     out = []
-    for it, frame, rows in zip(items, frames, rows_to_decode(p.matrices.numpy(), p.size, frames)):
+    for it, frame, rows in zip(items, *rows_to_decode_of(items, list(range(len(items))), workload)):
         image = it["image"]
         if rows is not None:
             image = np.frombuffer(image, np.uint8).copy()
