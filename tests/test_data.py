@@ -231,6 +231,71 @@ def test_decoded_images_and_tuples_are_accepted(device):
     assert isinstance(plain, list) and len(plain) == 3 and plain[0].shape == (50, 70, 3)
 
 
+def _other_formats(tmp_path):
+    """{name: (encoded file or its path, its pixels as OpenCV decodes them, BGR)} in lossless
+    formats other than JPEG, each from another photograph and size."""
+    import cv2
+
+    out = {}
+    for k, (name, ext, params) in enumerate([("png", ".png", []), ("bmp", ".bmp", []), ("tiff", ".tiff", []),
+                                             ("webp", ".webp", [cv2.IMWRITE_WEBP_QUALITY, 101]),
+                                             ("png-grey", ".png", []), ("png-alpha", ".png", []),
+                                             ("png-path", ".png", [])]):
+        bgr = photo(k, SIZES[k % 4])
+        img = bgr
+        if name == "png-grey":
+            img = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+            bgr = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+        elif name == "png-alpha":
+            img = np.dstack([bgr, np.arange(bgr.shape[0] * bgr.shape[1], dtype=np.uint32).reshape(bgr.shape[:2]) % 256])
+            img = img.astype(np.uint8)
+        ok, buf = cv2.imencode(ext, img, params)
+        assert ok, name
+        data = buf.tobytes()
+        if name == "png-path":
+            (tmp_path / "photo.png").write_bytes(data)
+            data = str(tmp_path / "photo.png")
+        out[name] = (data, bgr)
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("workers,mode", [(0, "RGB"), (2, "BGR")])
+def test_images_in_other_formats_are_decoded_in_the_workers(device, workers, mode, tmp_path):
+    """PNG (colour, grey, with alpha), BMP, TIFF and lossless WebP files, as bytes and as a path,
+    between JPEGs in the same batches: each sample comes out as its pixels given decoded would (the
+    same draw, bit for bit), its boxes moved alike; a file that is no image raises naming its sample."""
+    others = _other_formats(tmp_path)
+    jpegs = JpegDataset(2 * len(others) + 1)
+    as_files, as_pixels = [], []
+    for i in range(len(jpegs)):
+        item = jpegs[i]
+        if i % 2 == 1 and others:  # every other sample in another format
+            data, bgr = others.pop(sorted(others)[0])
+            h, w = bgr.shape[:2]
+            item = dict(item, image=data, boxes=np.array([[3, 4, w // 2, h // 2]], np.float32), labels=np.array([1]))
+            pixels = bgr if mode == "BGR" else bgr[:, :, ::-1]
+            as_pixels.append(dict(item, image=torch.from_numpy(np.ascontiguousarray(pixels))))
+        else:
+            as_pixels.append(item)  # JPEGs on both sides
+        as_files.append(item)
+    assert not others
+    make = lambda ds, **kw: GPULoader(ds, 4, transform=_transform(), shuffle=True, seed=4, device=device,
+                                      num_workers=workers, mode=mode, **kw)
+    got, want = _by_index(make(as_files)), _by_index(make(as_pixels))
+    assert sorted(got) == sorted(want) == list(range(len(as_files)))
+    for i in got:
+        assert torch.equal(got[i][0], want[i][0]) and torch.equal(got[i][1], want[i][1]), i
+    as_files[3] = dict(as_files[3], image=b"\x00\x01 not an image at all")
+    with pytest.raises(JpegDecodeError, match="sample 3 .*neither a JPEG nor an image"):
+        list(make(as_files))
+    ld = make(as_files, on_error="skip")
+    kept = _by_index(ld)
+    assert ld.skipped == [3] and sorted(kept) == sorted(set(got) - {3})
+    for i in kept:
+        assert torch.equal(kept[i][0], got[i][0]), i
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_face_alignment_matches_align_faces_and_a_bad_face_keeps_the_others(device):
     from orbbec.io import decode_jpeg

@@ -56,7 +56,7 @@ class _Batches(torch.utils.data.Dataset):
         epoch, seed, indices = key
         batch = prepare(cfg.dataset, indices, transform=cfg.transform, seed=seed, epoch=epoch,
                         box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged,
-                        partial_decode=cfg.partial_decode and cfg.device.type == "cuda")
+                        partial_decode=cfg.partial_decode and cfg.device.type == "cuda", mode=cfg.mode)
         batch.extra["epoch"], batch.extra["seed"] = epoch, seed  # the consumer checks the key it gets
         if cfg.device.type == "cpu":
             assemble(cfg, batch)  # the CPU path decodes and augments in the worker too
@@ -118,7 +118,7 @@ class _Plan:
 
 class GPULoader:
     """Iterates like torch's DataLoader over a Dataset whose items are an image (JPEG bytes, a path,
-    or a decoded uint8 HWC array), a tuple (image, target, ...) or a dict with an "image" key and
+    or a decoded uint8 HWC array; PNG and other formats are decoded by OpenCV in the workers), a tuple (image, target, ...) or a dict with an "image" key and
     targets ("boxes" xyxy [N, 4] with per-box "labels", "keypoints" [K, 2|3], "landmarks" [5, 2], any
     other key collated as it is). Yields the items' structure with the image replaced by the
     augmented batch (a float32 NCHW tensor with `transform`, else a list of uint8 HWC tensors).

@@ -13,6 +13,7 @@ from torch.utils.data import default_collate
 
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
 from ..io import read_file
+from ..io._cpu import decode_other_format
 from ..io._buffers import jpeg_frame, with_height
 from .._library import _C
 from ._rows import rows_to_decode
@@ -105,8 +106,10 @@ def _split(item):
     return item, None, "image"
 
 
-def _image_source(image, index):
-    """(encoded bytes, decoded tensor, (h, w), error, JPEG frame header) of a dataset item's image."""
+def _image_source(image, index, mode):
+    """(encoded bytes, decoded tensor, (h, w), error, JPEG frame header) of a dataset item's image.
+    Files in other formats (PNG, BMP, WebP, ...; ImageNet has a PNG and BMPs under .JPEG names) are
+    decoded here, in the worker, by OpenCV: the GPU decoder reads JPEGs only."""
     if isinstance(image, (str, os.PathLike)):
         try:
             image = read_file(image)
@@ -119,12 +122,21 @@ def _image_source(image, index):
         return None, t, (int(t.shape[0]), int(t.shape[1])), "", None
     if isinstance(image, torch.Tensor):
         image = image.numpy()
+    if isinstance(image, np.ndarray) and (image.ndim != 1 or image.dtype != np.uint8):
+        return (None, None, (1, 1), f"the image must be encoded bytes (1-D uint8) or a decoded uint8 HWC array, "
+                f"got {image.dtype} of shape {image.shape}", None)
     if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
         return (None, None, (1, 1), f"the image must be encoded bytes, a path or a uint8 HWC array, got "
                 f"{type(image).__name__}", None)
     frame = jpeg_frame(image)
     if frame is None:
-        problem = _C.jpeg_buffer_problem(np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image)
+        buf = np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image
+        if buf[:2].tobytes() != b"\xff\xd8":  # not a JPEG at all (a broken one keeps its JPEG error)
+            decoded, problem = decode_other_format(buf, mode)
+            if decoded is None:
+                return None, None, (1, 1), problem, None
+            return None, decoded, (int(decoded.shape[0]), int(decoded.shape[1])), "", None
+        problem = _C.jpeg_buffer_problem(buf)
         return None, None, (1, 1), problem or "no JPEG frame header (SOF) found", None
     return image, None, (frame.height, frame.width), "", frame
 
@@ -214,16 +226,17 @@ def collate_dicts(targets: List[dict], ragged: str) -> dict:
 
 
 def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, box_min_visible: float,
-            flip_pairs, ragged: str, partial_decode: bool = False) -> HostBatch:
+            flip_pairs, ragged: str, partial_decode: bool = False, mode: str = "RGB") -> HostBatch:
     """The CPU side of a batch (see the module's doc). partial_decode: decode each JPEG only down to
-    the last rows its warp reads (orbbec/data/_rows.py)."""
+    the last rows its warp reads (orbbec/data/_rows.py). mode: the channels of images in other
+    formats than JPEG, which are decoded here."""
     items = [dataset[i] for i in indices]
     split = [_split(it) for it in items]
     kinds = {k for _, _, k in split}
     if len(kinds) > 1:
         raise TypeError(f"GPULoader: the items of one batch differ in structure ({sorted(kinds)})")
     kind = kinds.pop()
-    sources = [_image_source(img, i) for (img, _, _), i in zip(split, indices)]
+    sources = [_image_source(img, i, mode) for (img, _, _), i in zip(split, indices)]
     batch = HostBatch(indices=list(indices), encoded=[s[0] for s in sources], decoded=[s[1] for s in sources],
                       errors=[s[3] for s in sources], kind=kind)
     targets = [t for _, t, _ in split]

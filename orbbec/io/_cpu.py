@@ -55,6 +55,25 @@ def _decode_one(cv2, buf, mode, reduce, roi, apply_exif):
     return torch.from_numpy(np.ascontiguousarray(img)), ""
 
 
+def decode_other_format(buf, mode):
+    """An image in a format other than JPEG (PNG, BMP, WebP, TIFF, ...: whatever OpenCV reads) as a
+    uint8 HWC tensor in `mode`, or (None, why not). Alpha is dropped and 16-bit samples are scaled
+    to 8 bits (cv2.IMREAD_COLOR / IMREAD_GRAYSCALE); the EXIF orientation is ignored, as for JPEGs."""
+    try:
+        cv2 = _cv2()
+    except ImportError:
+        return None, "not a JPEG, and other formats need OpenCV: pip install opencv-python-headless"
+    flags = (cv2.IMREAD_GRAYSCALE if mode == "GRAY" else cv2.IMREAD_COLOR) | cv2.IMREAD_IGNORE_ORIENTATION
+    img = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), flags)
+    if img is None or img.size == 0:
+        return None, "neither a JPEG nor an image OpenCV can decode"
+    if mode == "RGB":
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    elif mode == "GRAY":
+        img = img[:, :, None]
+    return torch.from_numpy(np.ascontiguousarray(img)), ""
+
+
 def decode(buffers, mode, reduces, rois, apply_exif, threads):
     """Returns (images, errors): a uint8 HWC CPU tensor or None per buffer, and '' or the reason."""
     global _pool, _pool_threads
@@ -92,4 +111,4 @@ def exif_orientation(buf) -> int:
     return 1
 
 
-__all__ = ["decode", "exif_orientation", "orient"]
+__all__ = ["decode", "decode_other_format", "exif_orientation", "orient"]
