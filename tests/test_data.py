@@ -381,6 +381,61 @@ def test_a_script_ending_with_its_loader_reading_ahead_exits_cleanly(tmp_path, d
     assert "terminate called" not in r.stderr
 
 
+def _with_frame_size(jpeg: bytes, height: int, width: int) -> bytes:
+    """The JPEG with its frame header claiming another size (the scan data stays as it is)."""
+    from orbbec.io._buffers import jpeg_frame
+
+    b = bytearray(jpeg)
+    at = jpeg_frame(jpeg).offset
+    b[at + 5:at + 9] = bytes([height >> 8, height & 255, width >> 8, width & 255])
+    return bytes(b)
+
+
+BAD_IMAGES = {
+    "decoded, 4 channels": np.full((40, 50, 4), 7, np.uint8),
+    "decoded, no rows": np.zeros((0, 50, 3), np.uint8),
+    "decoded, 2-D": np.zeros((40, 50), np.uint8),
+    "empty bytes": b"",
+    "header of 65500 x 65500": "huge",
+}
+
+BAD_TARGETS = {
+    "boxes": (np.ones((2, 5), np.float32), "'boxes' must be \\[N, 4\\]"),
+    "labels": (np.arange(7), "'labels' must hold one value per box"),
+    "keypoints": (np.ones(4, np.float32), "'keypoints' must be \\[K, 2\\]"),
+    "landmarks": (np.ones((4, 2), np.float32), "'landmarks' must be \\[5, 2\\]"),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_items_name_their_sample_and_keep_the_others(device):
+    """An unusable image (a decoded array of the wrong shape, no bytes, a frame header past what a
+    decoder takes) raises naming its sample, or is skipped with the batch's other samples intact;
+    targets of the wrong shape raise naming the sample and the key whatever on_error says (a mistake
+    in the dataset's code is not a file to skip)."""
+    make = lambda ds, **kw: GPULoader(ds, 6, transform=_transform(), seed=2, device=device, **kw)
+    good = _by_index(make(JpegDataset()))
+    for name, image in BAD_IMAGES.items():
+        ds = JpegDataset()
+        bad = [ds[i] for i in range(len(ds))]
+        huge = isinstance(image, str)
+        bad[5]["image"] = _with_frame_size(bad[5]["image"], 65500, 65500) if huge else image
+        with pytest.raises(JpegDecodeError, match="sample 5 "):
+            list(make(bad))
+        ld = make(bad, on_error="skip")
+        kept = _by_index(ld)
+        assert ld.skipped == [5] and sorted(kept) == sorted(set(good) - {5}), name
+        for i in kept:
+            assert torch.equal(kept[i][0], good[i][0]) and torch.equal(kept[i][1], good[i][1]), (name, i)
+    for key, (value, message) in BAD_TARGETS.items():
+        ds = JpegDataset()
+        items = [ds[i] for i in range(len(ds))]
+        items[5][key] = value
+        for on_error in ("raise", "skip"):
+            with pytest.raises(ValueError, match=f"sample 5: {message}"):
+                list(make(items, on_error=on_error))
+
+
 def test_arguments_are_checked():
     ds = JpegDataset(4)
     with pytest.raises(ValueError, match="batch_size"):

@@ -3,7 +3,6 @@ there are any): read the bytes, find each image's size in its header, draw the a
 targets with it, and collate them. Only bytes, small arrays and the matrices travel to the GPU side."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -12,18 +11,11 @@ import torch
 from torch.utils.data import default_collate
 
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
-from ..io import read_file
-from ..io._cpu import decode_other_format
-from ..io._buffers import jpeg_frame, with_height
-from .._library import _C
+from ..common import ArgumentError
+from ..io._buffers import with_height
+from ._items import BOX_KEYS, LANDMARK_KEYS, PER_BOX_KEYS, POINT_KEYS, image_source, split_item, target_problem
 from ._rows import rows_to_decode
 from ._shared import by_value, from_value
-
-# Dict keys that move with the image (everything else is collated as it is).
-BOX_KEYS = ("boxes",)
-PER_BOX_KEYS = ("labels",)
-POINT_KEYS = ("keypoints",)
-LANDMARK_KEYS = ("landmarks",)
 
 
 @dataclass
@@ -94,51 +86,6 @@ class HostBatch:
             return out
         flat = self.packed.numpy()
         return [flat[self.offsets[i]:self.offsets[i + 1]] if has else None for i, has in enumerate(self.encoded)]
-
-
-def _split(item):
-    if isinstance(item, dict):
-        if "image" not in item:
-            raise KeyError("GPULoader: a dataset item that is a dict needs an 'image' key")
-        return item["image"], {k: v for k, v in item.items() if k != "image"}, "dict"
-    if isinstance(item, tuple) and item and not isinstance(item, (bytes, bytearray)):
-        return item[0], list(item[1:]), "tuple"
-    return item, None, "image"
-
-
-def _image_source(image, index, mode):
-    """(encoded bytes, decoded tensor, (h, w), error, JPEG frame header) of a dataset item's image.
-    Files in other formats (PNG, BMP, WebP, ...; ImageNet has a PNG and BMPs under .JPEG names) are
-    decoded here, in the worker, by OpenCV: the GPU decoder reads JPEGs only."""
-    if isinstance(image, (str, os.PathLike)):
-        try:
-            image = read_file(image)
-        except OSError as e:
-            return None, None, (1, 1), f"cannot read {image!r}: {e.strerror or e}", None
-    if isinstance(image, (torch.Tensor, np.ndarray)) and image.ndim == 3:
-        t = torch.as_tensor(image)
-        if t.dtype != torch.uint8:
-            return None, None, (1, 1), f"a decoded image must be uint8 HWC, got {t.dtype}", None
-        return None, t, (int(t.shape[0]), int(t.shape[1])), "", None
-    if isinstance(image, torch.Tensor):
-        image = image.numpy()
-    if isinstance(image, np.ndarray) and (image.ndim != 1 or image.dtype != np.uint8):
-        return (None, None, (1, 1), f"the image must be encoded bytes (1-D uint8) or a decoded uint8 HWC array, "
-                f"got {image.dtype} of shape {image.shape}", None)
-    if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
-        return (None, None, (1, 1), f"the image must be encoded bytes, a path or a uint8 HWC array, got "
-                f"{type(image).__name__}", None)
-    frame = jpeg_frame(image)
-    if frame is None:
-        buf = np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image
-        if buf[:2].tobytes() != b"\xff\xd8":  # not a JPEG at all (a broken one keeps its JPEG error)
-            decoded, problem = decode_other_format(buf, mode)
-            if decoded is None:
-                return None, None, (1, 1), problem, None
-            return None, decoded, (int(decoded.shape[0]), int(decoded.shape[1])), "", None
-        problem = _C.jpeg_buffer_problem(buf)
-        return None, None, (1, 1), problem or "no JPEG frame header (SOF) found", None
-    return image, None, (frame.height, frame.width), "", frame
 
 
 def _flipped(sample: dict) -> bool:
@@ -231,15 +178,20 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
     the last rows its warp reads (orbbec/data/_rows.py). mode: the channels of images in other
     formats than JPEG, which are decoded here."""
     items = [dataset[i] for i in indices]
-    split = [_split(it) for it in items]
+    split = [split_item(it) for it in items]
     kinds = {k for _, _, k in split}
     if len(kinds) > 1:
         raise TypeError(f"GPULoader: the items of one batch differ in structure ({sorted(kinds)})")
     kind = kinds.pop()
-    sources = [_image_source(img, i, mode) for (img, _, _), i in zip(split, indices)]
+    sources = [image_source(img, mode) for img, _, _ in split]
     batch = HostBatch(indices=list(indices), encoded=[s[0] for s in sources], decoded=[s[1] for s in sources],
                       errors=[s[3] for s in sources], kind=kind)
     targets = [t for _, t, _ in split]
+    if kind == "dict":
+        for t, index in zip(targets, indices):
+            problem = target_problem(t)
+            if problem:
+                raise ArgumentError(f"GPULoader: sample {index}: {problem}")
     if transform is not None:
         batch.params = transform.draw([s[2] for s in sources], indices, epoch=epoch, seed=seed,
                                       targets=targets if kind == "dict" else None)

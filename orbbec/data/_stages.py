@@ -68,7 +68,7 @@ def _take_decoded(cfg, batch: HostBatch, started) -> None:
     pos = batch.extra.pop("encoded_rows")
     images = list(batch.decoded)
     if pos:
-        decoded, _ = started.result()
+        decoded, reasons = started.result()
         if cfg.device.type == "cuda":
             batch.extra["native_s"] = getattr(io_last_call, "native_s", 0.0)
             batch.extra["gil_s"] = getattr(io_last_call, "gil_s", 0.0)
@@ -76,10 +76,10 @@ def _take_decoded(cfg, batch: HostBatch, started) -> None:
             batch.extra["rows"], batch.extra["bad"], batch.extra["images"] = list(range(len(images))), [], None
             batch.extra["warped"] = started.warped
             return
-        for i, img in zip(pos, decoded):
+        for i, img, reason in zip(pos, decoded, reasons):
             images[i] = img
             if img is None and not batch.errors[i]:
-                batch.errors[i] = "could not be decoded"
+                batch.errors[i] = reason or "could not be decoded"
     rows = [i for i, img in enumerate(images) if img is not None and not batch.errors[i]]
     kept = set(rows)
     bad = [i for i in range(len(images)) if i not in kept]

@@ -24,6 +24,11 @@ def _cv2():
     return cv2
 
 
+def _cv2_message(e) -> str:
+    """The reason in a cv2.error, without OpenCV's source path and line."""
+    return str(getattr(e, "err", "") or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 def _flags(cv2, mode, reduce, apply_exif):
     gray = mode == "GRAY"
     if reduce == 1:
@@ -38,7 +43,10 @@ def _decode_one(cv2, buf, mode, reduce, roi, apply_exif):
     problem = _C.jpeg_buffer_problem(buf)
     if problem:
         return None, problem
-    img = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), _flags(cv2, mode, reduce, apply_exif))
+    try:
+        img = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), _flags(cv2, mode, reduce, apply_exif))
+    except cv2.error as e:  # e.g. a header whose size is past OpenCV's limit: this image fails, not the batch
+        return None, f"OpenCV could not decode it ({_cv2_message(e)})"
     if img is None:
         return None, "corrupt or unsupported JPEG (OpenCV could not decode it)"
     if roi is not None:
@@ -64,7 +72,10 @@ def decode_other_format(buf, mode):
     except ImportError:
         return None, "not a JPEG, and other formats need OpenCV: pip install opencv-python-headless"
     flags = (cv2.IMREAD_GRAYSCALE if mode == "GRAY" else cv2.IMREAD_COLOR) | cv2.IMREAD_IGNORE_ORIENTATION
-    img = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), flags)
+    try:
+        img = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), flags)
+    except cv2.error as e:
+        return None, f"not a JPEG, and OpenCV could not decode it ({_cv2_message(e)})"
     if img is None or img.size == 0:
         return None, "neither a JPEG nor an image OpenCV can decode"
     if mode == "RGB":

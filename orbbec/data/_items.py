@@ -1,0 +1,113 @@
+"""What the loader reads of a dataset item: its image (encoded bytes, a path, a decoded array, or a
+file in another format, decoded here) and its targets, checked before they follow the image."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from ..io import read_file
+from ..io._buffers import jpeg_frame
+from ..io._cpu import decode_other_format
+from .._library import _C
+
+# Dict keys that move with the image (everything else is collated as it is).
+BOX_KEYS = ("boxes",)
+PER_BOX_KEYS = ("labels",)
+POINT_KEYS = ("keypoints",)
+LANDMARK_KEYS = ("landmarks",)
+
+
+def split_item(item):
+    """(image, targets, kind) of a dataset item: a dict with an "image" key, a tuple (image, ...) or
+    the image alone."""
+    if isinstance(item, dict):
+        if "image" not in item:
+            raise KeyError("GPULoader: a dataset item that is a dict needs an 'image' key")
+        return item["image"], {k: v for k, v in item.items() if k != "image"}, "dict"
+    if isinstance(item, tuple) and item and not isinstance(item, (bytes, bytearray)):
+        return item[0], list(item[1:]), "tuple"
+    return item, None, "image"
+
+
+def _bad(why):
+    return None, None, (1, 1), why, None
+
+
+def _decoded_problem(t: torch.Tensor, mode: str) -> str:
+    channels = 1 if mode == "GRAY" else 3
+    if t.dtype != torch.uint8:
+        return f"a decoded image must be uint8 HWC, got {t.dtype}"
+    if t.shape[0] < 1 or t.shape[1] < 1 or t.shape[2] != channels:
+        return f"a decoded image must be uint8 [H, W, {channels}] for mode {mode!r}, got shape {tuple(t.shape)}"
+    return ""
+
+
+def image_source(image, mode: str):
+    """(encoded bytes, decoded tensor, (h, w), error, JPEG frame header) of a dataset item's image.
+    Files in other formats (PNG, BMP, WebP, ...; ImageNet has a PNG and BMPs under .JPEG names) are
+    decoded here, in the worker, by OpenCV: the GPU decoder reads JPEGs only."""
+    if isinstance(image, (str, os.PathLike)):
+        try:
+            image = read_file(image)
+        except OSError as e:
+            return _bad(f"cannot read {image!r}: {e.strerror or e}")
+    if isinstance(image, (torch.Tensor, np.ndarray)) and image.ndim == 3:
+        t = torch.as_tensor(image)
+        problem = _decoded_problem(t, mode)
+        return _bad(problem) if problem else (None, t, (int(t.shape[0]), int(t.shape[1])), "", None)
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    if isinstance(image, np.ndarray) and (image.ndim != 1 or image.dtype != np.uint8):
+        return _bad(f"the image must be encoded bytes (1-D uint8) or a decoded uint8 HWC array, got {image.dtype} "
+                    f"of shape {image.shape}")
+    if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
+        return _bad(f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}")
+    frame = jpeg_frame(image)
+    if frame is not None:
+        return image, None, (frame.height, frame.width), "", frame
+    buf = np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image
+    if buf.size == 0:
+        return _bad("empty (0 bytes)")
+    if buf[:2].tobytes() == b"\xff\xd8":  # a broken JPEG keeps its JPEG error
+        return _bad(_C.jpeg_buffer_problem(buf) or "no JPEG frame header (SOF) found")
+    decoded, problem = decode_other_format(buf, mode)
+    if decoded is None:
+        return _bad(problem)
+    return None, decoded, (int(decoded.shape[0]), int(decoded.shape[1])), "", None
+
+
+def _shape_of(value):
+    try:
+        return tuple(np.asarray(value, dtype=np.float64).shape), ""
+    except (TypeError, ValueError, RuntimeError) as e:
+        return None, f"not an array of numbers ({e})"
+
+
+def target_problem(target: dict) -> str:
+    """'' or why a sample's targets cannot follow its image: a mistake in the dataset's code, raised
+    naming the sample whatever on_error says (on_error is for files that cannot be read)."""
+    n_boxes = None
+    for k in BOX_KEYS:
+        if k in target:
+            shape, why = _shape_of(target[k])
+            if why or not (shape in ((0,), (4,)) or (len(shape) == 2 and shape[1] == 4)):
+                return f"{k!r} must be [N, 4] (x1, y1, x2, y2), got " + (why or f"shape {shape}")
+            n_boxes = 1 if shape == (4,) else shape[0]
+    for k in PER_BOX_KEYS:
+        if k in target and n_boxes is not None:
+            shape, why = _shape_of(target[k])
+            if why or len(shape) != 1 or shape[0] != n_boxes:
+                return f"{k!r} must hold one value per box ({n_boxes}), got " + (why or f"shape {shape}")
+    for k in POINT_KEYS:
+        if k in target:
+            shape, why = _shape_of(target[k])
+            if why or len(shape) < 2 or shape[-1] not in (2, 3):
+                return f"{k!r} must be [K, 2] (x, y) or [K, 3] (x, y, visible), got " + (why or f"shape {shape}")
+    for k in LANDMARK_KEYS:
+        if k in target:
+            shape, why = _shape_of(target[k])
+            if why or shape != (5, 2):
+                return f"{k!r} must be [5, 2] (eyes, nose, mouth corners), got " + (why or f"shape {shape}")
+    return ""
