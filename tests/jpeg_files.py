@@ -75,7 +75,18 @@ def broken(good: bytes):
         "truncated": good[: len(good) // 2],
         "empty": b"",
         "png": png.tobytes(),
+        "huge-header": with_frame_size(good, 65500, 65500),
     }
+
+
+def with_frame_size(jpeg: bytes, height: int, width: int) -> bytes:
+    """The JPEG with its frame header claiming another size (the scan data stays as it is)."""
+    from orbbec.io._buffers import jpeg_frame
+
+    b = bytearray(jpeg)
+    at = jpeg_frame(jpeg).offset
+    b[at + 5:at + 9] = bytes([height >> 8, height & 255, width >> 8, width & 255])
+    return bytes(b)
 
 
 def cv2_decode(jpeg: bytes, mode="RGB", reduce=1, exif=False):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import CHECKOUT_PATH, DEVICES, HAS_CUDA
-from jpeg_files import encode, photo
+from jpeg_files import encode, photo, with_frame_size
 
 import orbbec.augment as A
 from orbbec.data import GPULoader
@@ -381,16 +381,6 @@ def test_a_script_ending_with_its_loader_reading_ahead_exits_cleanly(tmp_path, d
     assert "terminate called" not in r.stderr
 
 
-def _with_frame_size(jpeg: bytes, height: int, width: int) -> bytes:
-    """The JPEG with its frame header claiming another size (the scan data stays as it is)."""
-    from orbbec.io._buffers import jpeg_frame
-
-    b = bytearray(jpeg)
-    at = jpeg_frame(jpeg).offset
-    b[at + 5:at + 9] = bytes([height >> 8, height & 255, width >> 8, width & 255])
-    return bytes(b)
-
-
 BAD_IMAGES = {
     "decoded, 4 channels": np.full((40, 50, 4), 7, np.uint8),
     "decoded, no rows": np.zeros((0, 50, 3), np.uint8),
@@ -419,7 +409,7 @@ def test_bad_items_name_their_sample_and_keep_the_others(device):
         ds = JpegDataset()
         bad = [ds[i] for i in range(len(ds))]
         huge = isinstance(image, str)
-        bad[5]["image"] = _with_frame_size(bad[5]["image"], 65500, 65500) if huge else image
+        bad[5]["image"] = with_frame_size(bad[5]["image"], 65500, 65500) if huge else image
         with pytest.raises(JpegDecodeError, match="sample 5 "):
             list(make(bad))
         ld = make(bad, on_error="skip")
