@@ -5,7 +5,7 @@ torchvision's ResNet-50 (or -18), AMP, SGD, channels_last, DistributedDataParall
     torchrun --nproc-per-node 2 scripts/train_ddp.py --steps 200 --checkpoint /tmp/ckpt.pt
     python scripts/train_ddp.py --data synthetic          # the same loop on a batch already on the GPU
 
-Data: --data-dir DIR reads the JPEGs of an ImageFolder tree (class = sub-folder); without it the loop
+Data: --data-dir DIR reads the images of an ImageFolder tree (class = sub-folder); without it the loop
 trains on the benchmark's ImageNet-like JPEG set (docs/workloads.md, jpeg-500x375) held in memory.
 Each rank loads its own shard (DistributedSampler's order) onto its own GPU; the augmentation of a
 sample depends on (seed, epoch, index) only, so ranks never repeat each other's draws.
@@ -26,11 +26,15 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 
 
-def jpeg_items(data_dir, images=None):
+# What torchvision's ImageFolder takes; files other than JPEGs are decoded in the loader's workers.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def image_items(data_dir, images=None):
     if data_dir:
         classes = sorted(d for d in os.listdir(data_dir) if os.path.isdir(os.path.join(data_dir, d)))
         return [(os.path.join(data_dir, c, f), k) for k, c in enumerate(classes)
-                for f in sorted(os.listdir(os.path.join(data_dir, c))) if f.lower().endswith((".jpg", ".jpeg"))]
+                for f in sorted(os.listdir(os.path.join(data_dir, c))) if f.lower().endswith(IMAGE_EXTENSIONS)]
     from workloads import jpeg_set
 
     return [(f, i % 1000) for i, f in enumerate(jpeg_set("jpeg-500x375", images))]
@@ -82,7 +86,7 @@ def main():
 
     transform = A.Compose([A.RandomResizedCrop(224), A.RandomHorizontalFlip(),
                            A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
-    loader = GPULoader(jpeg_items(args.data_dir, args.images), args.batch_size, transform=transform, shuffle=True, drop_last=True,
+    loader = GPULoader(image_items(args.data_dir, args.images), args.batch_size, transform=transform, shuffle=True, drop_last=True,
                        num_workers=args.workers, prefetch=3, seed=args.seed, device=device)
     step = 0
     if args.checkpoint and os.path.exists(args.checkpoint):

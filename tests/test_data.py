@@ -297,6 +297,39 @@ def test_images_in_other_formats_are_decoded_in_the_workers(device, workers, mod
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_torchvision_image_folder_with_read_file_as_its_loader(device, tmp_path):
+    """torchvision.datasets.ImageFolder(root, loader=orbbec.io.read_file) is a dataset of (bytes,
+    class index): the loader takes it as it is, a PNG under a .JPEG name included (as in ImageNet),
+    and gives each sample's class and the pixels the same sample given decoded gives."""
+    import cv2
+    from conftest import torchvision_or_skip
+    from orbbec.io import read_file
+
+    torchvision_or_skip()
+    from torchvision.datasets import ImageFolder
+
+    pixels = {}
+    for i in range(7):
+        cls = ("cat", "dog")[i % 2]
+        os.makedirs(tmp_path / cls, exist_ok=True)
+        bgr = photo(i, SIZES[i % 4])
+        name = tmp_path / cls / f"{i}.JPEG"
+        name.write_bytes(cv2.imencode(".png", bgr)[1].tobytes() if i == 3 else encode(bgr, quality=95))
+        pixels[str(name)] = cv2.imdecode(np.frombuffer(name.read_bytes(), np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+    folder = ImageFolder(str(tmp_path), loader=read_file)
+    decoded = [(torch.from_numpy(pixels[path].copy()), cls) for path, cls in folder.samples]
+    make = lambda ds: GPULoader(ds, 3, transform=_transform(), shuffle=True, seed=6, device=device, num_workers=2)
+    got, want = list(make(folder)), list(make(decoded))
+    assert torch.equal(torch.cat([b[1] for b in got]), torch.cat([b[1] for b in want]))
+    assert sorted(torch.cat([b[1] for b in got]).tolist()) == sorted(folder.targets) == [0, 0, 0, 0, 1, 1, 1]
+    for (x, _), (y, _) in zip(got, want):
+        if device == "cpu":  # the GPU decoder's pixels differ from OpenCV's by a level here and there
+            assert torch.equal(x, y)
+        else:
+            assert (x - y).abs().max() < 0.2
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_face_alignment_matches_align_faces_and_a_bad_face_keeps_the_others(device):
     from orbbec.io import decode_jpeg
     from orbbec.warpaffine import align_faces, arcface_template

@@ -32,10 +32,10 @@ STD = np.array([0.229, 0.224, 0.225], np.float32)
 def items_of(data_dir, batch):
     """The dataset's (JPEG, label) items; the benchmark's set (1,024 JPEGs) repeated to 64 batches
     per epoch (workloads.repeat_to_epoch)."""
-    from train_ddp import jpeg_items
+    from train_ddp import image_items
     from workloads import repeat_to_epoch
 
-    items = jpeg_items(data_dir)
+    items = image_items(data_dir)
     return items if data_dir else repeat_to_epoch(items, batch)
 
 
