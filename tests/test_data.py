@@ -459,6 +459,21 @@ def test_bad_items_name_their_sample_and_keep_the_others(device):
                 list(make(items, on_error=on_error))
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes need Python 3.11")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_exception_of_the_dataset_says_which_sample_raised_it(workers):
+    class Missing(JpegDataset):
+        def __getitem__(self, i):
+            if i == 7:
+                raise FileNotFoundError(f"no file for {i}")
+            return super().__getitem__(i)
+
+    with pytest.raises(FileNotFoundError) as err:
+        list(GPULoader(Missing(), 4, transform=_transform(), device="cpu", num_workers=workers))
+    said = str(err.value) + " ".join(getattr(err.value, "__notes__", []))
+    assert "no file for 7" in said and "GPULoader: raised by dataset[7]" in said
+
+
 def test_arguments_are_checked():
     ds = JpegDataset(4)
     with pytest.raises(ValueError, match="batch_size"):

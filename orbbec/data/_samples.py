@@ -172,12 +172,23 @@ def collate_dicts(targets: List[dict], ragged: str) -> dict:
     return out
 
 
+def _read_item(dataset, index):
+    """dataset[index]; an exception it raises keeps its type and says which sample raised it (in a
+    worker, DataLoader re-raises it in the main process with the note in its traceback)."""
+    try:
+        return dataset[index]
+    except Exception as e:
+        if hasattr(e, "add_note"):  # Python 3.11+
+            e.add_note(f"GPULoader: raised by dataset[{index}]")
+        raise
+
+
 def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, box_min_visible: float,
             flip_pairs, ragged: str, partial_decode: bool = False, mode: str = "RGB") -> HostBatch:
     """The CPU side of a batch (see the module's doc). partial_decode: decode each JPEG only down to
     the last rows its warp reads (orbbec/data/_rows.py). mode: the channels of images in other
     formats than JPEG, which are decoded here."""
-    items = [dataset[i] for i in indices]
+    items = [_read_item(dataset, i) for i in indices]
     split = [split_item(it) for it in items]
     kinds = {k for _, _, k in split}
     if len(kinds) > 1:
