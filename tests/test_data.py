@@ -474,6 +474,37 @@ def test_an_exception_of_the_dataset_says_which_sample_raised_it(workers):
     assert "no file for 7" in said and "GPULoader: raised by dataset[7]" in said
 
 
+_WORKER_TAG = None
+
+
+def _tag_worker(worker_id):
+    global _WORKER_TAG
+    _WORKER_TAG = 100 + worker_id
+
+
+class _TaggedByWorker(JpegDataset):
+    """(JPEG, the tag its worker_init_fn set): what a dataset opening a per-worker handle sees."""
+
+    def __getitem__(self, i):
+        return self.jpegs[i], _WORKER_TAG
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dataloaders_arguments_are_taken(device):
+    """A DataLoader call's arguments keep working: worker_init_fn runs in each worker before it
+    reads, pin_memory, persistent_workers, prefetch_factor, timeout and multiprocessing_context are
+    taken; collate_fn, batch_sampler and generator raise saying what to use instead."""
+    ld = GPULoader(_TaggedByWorker(12), 3, transform=_transform(), device=device, num_workers=2,
+                   worker_init_fn=_tag_worker, pin_memory=True, persistent_workers=True, prefetch_factor=3,
+                   timeout=120, multiprocessing_context="fork")
+    tags = torch.cat([tag for _, tag in ld]).tolist()
+    assert len(tags) == 12 and set(tags) <= {100, 101} and ld._reader.prefetch_factor == 3
+    for name, value, says in [("collate_fn", lambda b: b, "ragged="), ("batch_sampler", [[0, 1]], "batch_size"),
+                              ("generator", torch.Generator(), "seed=")]:
+        with pytest.raises(TypeError, match=f"{name} is DataLoader's.*{says}"):
+            GPULoader(JpegDataset(4), 2, device=device, **{name: value})
+
+
 def test_arguments_are_checked():
     ds = JpegDataset(4)
     with pytest.raises(ValueError, match="batch_size"):

@@ -10,6 +10,7 @@ from typing import Any, List, Optional
 
 import torch
 
+from ..common import ArgumentTypeError
 from . import _order
 from ._samples import HostBatch, prepare
 from ._shared import SlotTable
@@ -116,6 +117,22 @@ class _Plan:
         return len(self.keys(self.epoch, self.skip))
 
 
+# DataLoader arguments that have no place here, and what to use instead.
+_DATALOADER_ONLY = {
+    "collate_fn": "the loader collates the image batch itself, and the targets as docs/data.md says (ragged= for "
+                  "boxes); other keys are collated as default_collate does, or kept as lists",
+    "batch_sampler": "give batch_size with a sampler (or shuffle); every output has the transform's one size, so "
+                     "grouping by aspect ratio gains nothing",
+    "generator": "give seed=: each sample's augmentation and the shuffled order come from (seed, epoch, index)",
+}
+
+
+def _refuse_dataloader_only(**given) -> None:
+    for name, value in given.items():
+        if value is not None:
+            raise ArgumentTypeError(f"GPULoader: {name} is DataLoader's, not taken here: {_DATALOADER_ONLY[name]}")
+
+
 class GPULoader:
     """Iterates like torch's DataLoader over a Dataset whose items are an image (JPEG bytes, a path,
     or a decoded uint8 HWC array; PNG and other formats are decoded by OpenCV in the workers), a tuple (image, target, ...) or a dict with an "image" key and
@@ -132,6 +149,9 @@ class GPULoader:
         its batch and its index added to `skipped`; the batch's other samples are kept).
     ragged: "padded" (boxes [B, N, 4] padded with zeros, labels with -1, counts in "num_boxes") or "list".
     return_params: also yield the drawn Params (matrices, flags) for debugging: (..., params) or ["params"].
+    worker_init_fn, multiprocessing_context, timeout, prefetch_factor: passed to the workers' DataLoader.
+        pin_memory and persistent_workers are accepted and change nothing (batches come out on `device`;
+        workers always persist); collate_fn, batch_sampler and generator raise, saying what to use.
     partial_decode: on the GPU, decode each JPEG only down to the last row its warp reads (a random
         crop's bottom plus a few rows): the rest is never entropy-decoded, and the warp's pixels are
         those of the whole image's decode. The decoder may then take another of its two paths for
@@ -142,7 +162,11 @@ class GPULoader:
                  drop_last: bool = False, num_workers: int = 0, device=None, prefetch: int = 2, seed: int = 0,
                  on_error: str = "raise", mode: str = "RGB", rank: Optional[int] = None,
                  world_size: Optional[int] = None, ragged: str = "padded", return_params: bool = False,
-                 box_min_visible: float = 0.0, flip_pairs=None, border_value=0, partial_decode: bool = True):
+                 box_min_visible: float = 0.0, flip_pairs=None, border_value=0, partial_decode: bool = True,
+                 worker_init_fn=None, multiprocessing_context=None, timeout: float = 0,
+                 prefetch_factor: Optional[int] = None, pin_memory: bool = False, persistent_workers: bool = True,
+                 collate_fn=None, batch_sampler=None, generator=None):
+        _refuse_dataloader_only(collate_fn=collate_fn, batch_sampler=batch_sampler, generator=generator)
         if batch_size < 1:
             raise ValueError(f"GPULoader: batch_size must be >= 1, got {batch_size}")
         if on_error not in ("raise", "skip"):
@@ -174,9 +198,13 @@ class GPULoader:
             slots = SlotTable(self.num_workers, self.prefetch + 4)
         self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
                             border_value, slots, bool(partial_decode))
+        # pin_memory and persistent_workers are taken for DataLoader's sake and change nothing: the
+        # batches come out on `device` (nothing to pin), and the workers always persist.
         self._reader = torch.utils.data.DataLoader(
             _Batches(self._cfg), batch_size=None, sampler=self._keys, num_workers=self.num_workers, collate_fn=_identity,
-            prefetch_factor=self.prefetch if self.num_workers else None, persistent_workers=self.num_workers > 0)
+            prefetch_factor=(prefetch_factor or self.prefetch) if self.num_workers else None,
+            persistent_workers=self.num_workers > 0, worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context, timeout=timeout)
 
     def timing(self, reset: bool = False) -> dict:
         """Where the loader's background threads spent their time so far (GPU path), in seconds per
