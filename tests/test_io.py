@@ -97,6 +97,29 @@ def test_bad_buffers_name_their_index_and_lose_no_good_image(device):
                 assert _close(out[k], ref)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_nvjpeg)])
+def test_cmyk_jpeg_decodes_to_its_colours(device):
+    """A CMYK JPEG (Adobe's inverted CMYK, as Photoshop writes it; ImageNet has a few) comes out
+    in RGB with the colours Pillow gives it, not inverted and not as four channels; GRAY too."""
+    import io
+
+    from PIL import Image
+
+    rgb = np.ascontiguousarray(photo(1, (120, 160))[:, :, ::-1])
+    buf = io.BytesIO()
+    Image.fromarray(rgb).convert("CMYK").save(buf, "JPEG", quality=95)
+    data = buf.getvalue()
+    pil = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).astype(np.int16)
+    assert np.abs(pil - rgb).mean() < 2  # the file holds the photograph
+    out = decode_jpeg([data, encode(photo(0, (64, 80)))], device=device)[0].cpu().numpy().astype(np.int16)
+    assert out.shape == (120, 160, 3)
+    diff = np.abs(out - pil)
+    assert diff.mean() < 2 and (diff.max() <= 1 if device == "cpu" else np.percentile(diff, 99) <= 8), diff.mean()
+    grey = decode_jpeg(data, device=device, mode="GRAY").cpu().numpy()
+    assert grey.shape == (120, 160, 1) and abs(float(grey.mean()) - float(np.asarray(
+        Image.open(io.BytesIO(data)).convert("L")).mean())) < 3
+
+
 def test_cpu_one_pixel_and_a_batch_of_512():
     one = encode(np.full((1, 1, 3), (10, 200, 90), np.uint8), sampling="444")
     img = decode_jpeg(one, device="cpu")
