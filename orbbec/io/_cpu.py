@@ -26,7 +26,8 @@ def _cv2():
 
 def _cv2_message(e) -> str:
     """The reason in a cv2.error, without OpenCV's source path and line."""
-    return str(getattr(e, "err", "") or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = (getattr(e, "err", "") or str(e)).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _flags(cv2, mode, reduce, apply_exif):
