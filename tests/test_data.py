@@ -516,6 +516,14 @@ def test_arguments_are_checked():
     with pytest.raises(ValueError, match="exclusive"):
         GPULoader(ds, 2, shuffle=True, sampler=range(4))
 
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(ds.jpegs)
+
+    for not_map_style in (Stream(), iter(ds.jpegs)):
+        with pytest.raises(TypeError, match="dataset must be map-style"):
+            GPULoader(not_map_style, 2)
+
 
 def test_packed_bytes_round_trip():
     """Workers of the GPU path hand the encoded bytes over as one tensor: nothing lost or shifted."""

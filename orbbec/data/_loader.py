@@ -167,6 +167,12 @@ class GPULoader:
                  prefetch_factor: Optional[int] = None, pin_memory: bool = False, persistent_workers: bool = True,
                  collate_fn=None, batch_sampler=None, generator=None):
         _refuse_dataloader_only(collate_fn=collate_fn, batch_sampler=batch_sampler, generator=generator)
+        if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__getitem__") \
+                or not hasattr(dataset, "__len__"):
+            raise ArgumentTypeError(
+                f"GPULoader: dataset must be map-style (__getitem__ and __len__), got {type(dataset).__name__}: each "
+                "sample's order, shard and augmentation come from its index; read a stream (an IterableDataset, "
+                "tar shards) through an index of its items")
         if batch_size < 1:
             raise ValueError(f"GPULoader: batch_size must be >= 1, got {batch_size}")
         if on_error not in ("raise", "skip"):
