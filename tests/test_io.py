@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import HAS_CUDA, requires_cuda
-from jpeg_files import broken, cv2_decode, encode, photo, variants, with_exif_orientation
+from jpeg_files import broken, cv2_decode, encode, photo, variants, with_exif_orientation, with_frame_size
 
 import orbbec.io as oio
 from orbbec.io import JpegDecodeError, decode_jpeg
@@ -80,7 +80,8 @@ def test_accepts_bytes_numpy_tensor_and_one_image():
 def test_bad_buffers_name_their_index_and_lose_no_good_image(device):
     good = [encode(photo(i, (96 + 8 * i, 128))) for i in range(3)]
     bad = broken(good[0])
-    expected = {"corrupt": "", "truncated": "truncated", "empty": "empty", "png": "PNG", "huge-header": ""}
+    expected = {"corrupt": "", "truncated": "truncated", "empty": "empty", "png": "PNG",
+                "huge-header": "claims 65500 x 65500 pixels, more than a file of"}
     for name, buf in bad.items():
         batch = [good[0], good[1], buf, good[2]]
         with pytest.raises(JpegDecodeError, match=r"data\[2\]: .*" + expected[name]) as err:
@@ -95,6 +96,24 @@ def test_bad_buffers_name_their_index_and_lose_no_good_image(device):
                 assert torch.equal(out[k], torch.from_numpy(ref))
             else:
                 assert _close(out[k], ref)
+
+
+def test_the_most_compressible_jpegs_are_not_taken_for_forged_sizes():
+    """The size check (a Huffman-coded block takes at least one bit) passes the smallest real files:
+    uniform grey and colour images, optimised and progressive, which reach 2 bits per block."""
+    import cv2
+
+    from orbbec._library import _C
+
+    for shape in [(6000, 8000, 1), (3000, 4000, 3), (9, 7, 3)]:
+        img = np.full(shape, 97, np.uint8)
+        for extra in ([], [cv2.IMWRITE_JPEG_OPTIMIZE, 1], [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]):
+            ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 10] + extra)
+            assert ok and _C.jpeg_buffer_problem(buf) == "", (shape, extra, len(buf))
+    # the last (9 x 7) file's header claiming 4096 x 4096 is refused
+    assert "claims 4096 x 4096 pixels" in _C.jpeg_buffer_problem(
+        np.frombuffer(with_frame_size(buf.tobytes(), 4096, 4096), np.uint8))
+    assert decode_jpeg(buf.tobytes(), device="cpu").shape == (9, 7, 3)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_nvjpeg)])

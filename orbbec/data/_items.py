@@ -64,10 +64,13 @@ def image_source(image, mode: str):
                     f"of shape {image.shape}")
     if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
         return _bad(f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}")
+    buf = np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image
     frame = jpeg_frame(image)
     if frame is not None:
-        return image, None, (frame.height, frame.width), "", frame
-    buf = np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image
+        # The decoders' own checks (cut short, a size the file cannot hold), made before the loader
+        # rewrites the header's height for a partial decode.
+        problem = _C.jpeg_buffer_problem(buf)
+        return _bad(problem) if problem else (image, None, (frame.height, frame.width), "", frame)
     if buf.size == 0:
         return _bad("empty (0 bytes)")
     if buf[:2].tobytes() == b"\xff\xd8":  # a broken JPEG keeps its JPEG error

@@ -17,6 +17,41 @@ const char* other_format(const uint8_t* d, size_t n) {
   return nullptr;
 }
 
+// The size a JPEG's frame header claims ({0, 0} when no frame header comes before the first scan)
+// and whether the frame is Huffman-coded (SOF0-SOF7; SOF9 and up are arithmetic-coded).
+struct FrameClaim {
+  uint64_t width = 0, height = 0;
+  bool huffman = false;
+};
+
+FrameClaim frame_claim(const uint8_t* d, size_t n) {
+  FrameClaim f;
+  size_t pos = 2;
+  while (pos + 4 <= n && d[pos] == 0xFF) {
+    const uint8_t m = d[pos + 1];
+    if (m == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {  // markers without a length
+      pos += 2;
+      continue;
+    }
+    if (m == 0xD9 || m == 0xDA) break;
+    const size_t length = (size_t(d[pos + 2]) << 8) | d[pos + 3];
+    if (length < 2) break;
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {  // a start of frame
+      if (pos + 9 > n) break;
+      f.height = (uint64_t(d[pos + 5]) << 8) | d[pos + 6];
+      f.width = (uint64_t(d[pos + 7]) << 8) | d[pos + 8];
+      f.huffman = m <= 0xC7;
+      break;
+    }
+    pos += 2 + length;
+  }
+  return f;
+}
+
 }  // namespace
 
 std::string jpeg_buffer_problem(const uint8_t* data, size_t size) {
@@ -28,10 +63,18 @@ std::string jpeg_buffer_problem(const uint8_t* data, size_t size) {
   // The end-of-image marker FF D9 cannot occur inside entropy-coded data (a coded FF byte is always
   // followed by 00 or a restart marker), so its absence means the file was cut short. Encoders may
   // leave padding after it: look back from the end.
-  for (size_t i = size - 1; i >= 3; --i) {
-    if (data[i] == 0xD9 && data[i - 1] == 0xFF) return "";
+  bool ends = false;
+  for (size_t i = size - 1; i >= 3 && !ends; --i) ends = data[i] == 0xD9 && data[i - 1] == 0xFF;
+  if (!ends) return "truncated: no end-of-image marker";
+  // Every 8 x 8 block of a Huffman-coded image takes at least one bit (its DC code), so a header
+  // that claims more blocks than the file has bits is damaged or forged; decoding it would allocate
+  // the claimed size (up to 65535 x 65535 x 3 bytes) and lose the batch to an out-of-memory error.
+  const FrameClaim f = frame_claim(data, size);
+  if (f.huffman && f.width * f.height > uint64_t(size) * 8 * 64) {
+    return "frame header claims " + std::to_string(f.width) + " x " + std::to_string(f.height) +
+           " pixels, more than a file of " + std::to_string(size) + " bytes can hold";
   }
-  return "truncated: no end-of-image marker";
+  return "";
 }
 
 }  // namespace io
