@@ -96,17 +96,24 @@ def _mask_box(out_hwc, colour, near=None, radius=12):
     return xs.min().item(), ys.min().item(), xs.max().item() + 1, ys.max().item() + 1
 
 
+CHAINS = {
+    "affine": lambda: [A.RandomAffine(25, (0.05, 0.05), (0.9, 1.1)), A.RandomHorizontalFlip(), A.Resize((200, 260))],
+    "canvas": lambda: [A.RandomRotation(20), A.RandomZoomOut(side_range=(1.0, 1.3), p=1.0),
+                       A.RandomCrop((300, 400), pad_if_needed=True), A.RandomHorizontalFlip(), A.Resize((200, 260))],
+}
+
+
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("chain", sorted(CHAINS))
 @pytest.mark.parametrize("index", range(6))
-def test_boxes_and_keypoints_land_where_the_image_puts_them(device, index):
+def test_boxes_and_keypoints_land_where_the_image_puts_them(device, chain, index):
     img = _photo(index, (240, 320))
     box = (120, 80, 180, 130)  # xyxy, pixel edges
     _paint(img, box, (0, 255, 0))
     keypoints = torch.tensor([[60.5, 50.5], [250.5, 190.5]])  # centres of painted 5x5 squares
     for (x, y), c in zip(keypoints.tolist(), [(255, 0, 255), (0, 255, 255)]):
         _paint(img, (int(x) - 2, int(y) - 2, int(x) + 3, int(y) + 3), c)
-    aug = A.Compose([A.RandomAffine(25, (0.05, 0.05), (0.9, 1.1)), A.RandomHorizontalFlip(),
-                     A.Resize((200, 260))])
+    aug = A.Compose(CHAINS[chain]())
     p = aug.draw([(240, 320)], [index], seed=7)
     out = aug.apply([img.to(device)], p)[0].permute(1, 2, 0).cpu()
     boxes, kept = A.transform_boxes(torch.tensor([box], dtype=torch.float32), p.matrices[0], p.size)
@@ -202,6 +209,79 @@ def test_geometric_transforms_match_torchvision_v2(device):
     aug = A.Compose([A.Resize((240, 300)), A.RandomVerticalFlip(p=1.0)])
     ref = F.vertical_flip(F.resize(chw, [240, 300], antialias=False))
     _close_inside(aug.apply([img], aug.draw([(160, 200)], [0]))[0], ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pads_and_random_crops_equal_torchvision_v2(device):
+    """Pad and RandomCrop (padding, pad_if_needed, a crop larger than the image) move whole pixels:
+    equal to torchvision's pad + crop with the drawn offsets, border included; each offset drawn."""
+    F = _v2()
+    img = _rgb(1, (60, 90)).to(device)
+    chw = img.permute(2, 0, 1).contiguous()
+    cases = [A.Pad(5), A.Pad((3, 7)), A.Pad((1, 2, 3, 4)), A.RandomCrop(48), A.RandomCrop((56, 80), padding=4),
+             A.RandomCrop((50, 100), padding=(2, 6), pad_if_needed=True), A.RandomCrop(96, pad_if_needed=True)]
+    for t in cases:
+        aug = A.Compose([t])
+        offsets = set()
+        for k in range(5):
+            p = aug.draw([(60, 90)], [k], seed=3)
+            s = {key.split(".", 1)[1]: v for key, v in p.samples[0].items()}
+            ref = F.pad(chw, list(s["padding"]), fill=0)
+            if "crop" in s:
+                x, y, cw, ch = s["crop"]
+                ref = F.crop(ref, y, x, ch, cw)
+                offsets.add((x, y))
+            assert torch.equal(aug.apply([img], p)[0], ref), (type(t).__name__, k)
+        if isinstance(t, A.RandomCrop) and t.size != (96, 96):
+            assert len(offsets) > 1, type(t).__name__
+    with pytest.raises(ValueError, match="pad_if_needed"):
+        A.Compose([A.RandomCrop(96)]).draw([(60, 90)], [0])
+    for bad in (lambda: A.Pad(2, fill=3), lambda: A.RandomCrop(8, padding_mode="reflect"),
+                lambda: A.RandomRotation(10, expand=True)):
+        with pytest.raises(ValueError):
+            bad()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rotation_zoom_out_and_rescales_match_torchvision_v2(device):
+    """RandomRotation (counter-clockwise, about the centre or a given point), RandomZoomOut,
+    ScaleJitter and RandomShortestSize given their drawn parameters, against torchvision's rotate,
+    pad and resize (bilinear, no antialiasing)."""
+    F = _v2()
+    img = _rgb(2, (120, 160)).to(device)
+    chw = img.permute(2, 0, 1).contiguous()
+    for center in (None, (40, 70)):
+        aug = A.Compose([A.RandomRotation(30, center=center)])
+        for k in range(4):
+            p = aug.draw([(120, 160)], [k], seed=8)
+            ref = F.rotate(chw, p.samples[0]["RandomRotation.angle"], F.InterpolationMode.BILINEAR,
+                           center=list(center) if center else None)
+            _close_inside(aug.apply([img], p)[0], ref, rim=4, share=0.98)
+    aug = A.Compose([A.RandomZoomOut(side_range=(1.2, 2.5), p=0.7), A.Resize((96, 128))])
+    zoomed = 0
+    for k in range(6):
+        p = aug.draw([(120, 160)], [k], seed=8)
+        padding = p.samples[0]["RandomZoomOut.padding"]
+        zoomed += any(padding)
+        ref = F.resize(F.pad(chw, list(padding), fill=0), [96, 128], antialias=False)
+        _close_inside(aug.apply([img], p)[0], ref)
+    assert 0 < zoomed < 6  # p = 0.7
+    for t in (A.ScaleJitter((100, 140), (0.5, 1.5)), A.RandomShortestSize([64, 80, 100], max_size=150)):
+        aug = A.Compose([t, A.RandomCrop(90, pad_if_needed=True)])
+        sizes = set()
+        for k in range(6):
+            p = aug.draw([(120, 160)], [k], seed=8)
+            s = {key.split(".", 1)[1]: v for key, v in p.samples[0].items()}
+            sizes.add(s["size"])
+            x, y, cw, ch = s["crop"]
+            ref = F.crop(F.pad(F.resize(chw, list(s["size"]), antialias=False), list(s["padding"]), fill=0), y, x, ch, cw)
+            _close_inside(aug.apply([img], p)[0], ref)
+        assert len(sizes) > 1, type(t).__name__
+    # torchvision's own size arithmetic
+    p = A.Compose([A.ScaleJitter((100, 140), (1.0, 1.0))]).draw([(120, 160)], [0])
+    assert p.size == (int(120 * min(140 / 120, 100 / 160)), int(160 * min(140 / 120, 100 / 160)))
+    p = A.Compose([A.RandomShortestSize(64, max_size=80)]).draw([(120, 160)], [0])
+    assert p.size == (int(120 * 0.5), int(160 * 0.5))
 
 
 @pytest.mark.parametrize("device", DEVICES)

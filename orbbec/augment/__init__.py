@@ -19,8 +19,9 @@ import torch
 
 from ._color import ColorJitter, RandomGrayscale, apply_photometric, is_photometric
 from ._faces import AlignFaces
-from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
-                        Resize)
+from ._canvas import Pad, RandomCrop, RandomShortestSize, RandomZoomOut, ScaleJitter
+from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
+                        RandomVerticalFlip, Resize)
 from ._random import SampleRngs, sample_rng
 from ._targets import transform_boxes, transform_keypoints, transform_landmarks
 from ..common import ArgumentError
@@ -29,6 +30,7 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 __all__ = ["Compose", "Normalize", "Params", "Resize", "CenterCrop", "RandomResizedCrop", "RandomAffine",
+           "RandomRotation", "RandomCrop", "Pad", "RandomZoomOut", "ScaleJitter", "RandomShortestSize",
            "RandomHorizontalFlip", "RandomVerticalFlip", "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale",
            "sample_rng", "transform_boxes", "transform_keypoints", "transform_landmarks", "IMAGENET_MEAN",
            "IMAGENET_STD"]
@@ -114,7 +116,8 @@ class Compose:
                 info[type(t).__name__] = t.draw(rng)
             if out is not None and size != out:
                 raise ArgumentError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
-                                 "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), CenterCrop)")
+                                 "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), CenterCrop, "
+                                 "RandomCrop(size, pad_if_needed=True))")
             out = size
             mats.append(m[:2])
             samples.append(info)

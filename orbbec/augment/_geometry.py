@@ -160,3 +160,29 @@ class RandomAffine:
         back = np.array([[1.0, 0, cx + tx], [0, 1, cy + ty], [0, 0, 1]])
         m = back @ rot @ shear @ np.diag([s, s, 1.0]) @ to_centre
         return m, size, {"angle": angle, "translate": (tx, ty), "scale": s, "shear": (shx, shy)}
+
+
+class RandomRotation:
+    """torchvision's RandomRotation (expand=False): the image turned counter-clockwise by an angle
+    uniform in `degrees` (torchvision's rotate turns the other way from its affine) about its centre
+    or `center` (x, y; pixel edges, origin at the top-left corner, as torchvision takes it). Bilinear
+    like every transform of the one warp, where torchvision's default is nearest."""
+
+    def __init__(self, degrees, expand: bool = False, center=None, fill=0):
+        if expand:
+            raise ArgumentError("RandomRotation: expand=True is not supported (follow with Resize or a crop "
+                                "to choose the output size)")
+        if fill not in (0, None):
+            raise ArgumentError(f"RandomRotation: fill={fill!r} is not taken here: the corners take the warp's "
+                                "border, GPULoader(border_value=...) or Compose.apply(border_value=...)")
+        self.degrees, self.center = _range(degrees, "degrees"), center
+
+    def __call__(self, rng, size: Size):
+        h, w = size
+        angle = rng.uniform(*self.degrees)
+        cx, cy = ((w - 1) / 2.0, (h - 1) / 2.0) if self.center is None else \
+            (self.center[0] - 0.5, self.center[1] - 0.5)
+        a = math.radians(-angle)
+        rot = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
+        m = np.array([[1.0, 0, cx], [0, 1, cy], [0, 0, 1]]) @ rot @ np.array([[1.0, 0, -cx], [0, 1, -cy], [0, 0, 1]])
+        return m, size, {"angle": angle}
