@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import List
 
-import numpy as np
 import torch
 
 # ITU-R 601-2 luma, torchvision's rgb_to_grayscale weights.
