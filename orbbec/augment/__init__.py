@@ -22,6 +22,7 @@ from ._faces import AlignFaces
 from ._canvas import Pad, RandomCrop, RandomShortestSize, RandomZoomOut, ScaleJitter
 from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
                         RandomVerticalFlip, Resize)
+from ._policies import RandAugment, TrivialAugmentWide, is_policy
 from ._random import SampleRngs, sample_rng
 from ._targets import transform_boxes, transform_keypoints, transform_landmarks
 from ..common import ArgumentError
@@ -31,7 +32,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 __all__ = ["Compose", "Normalize", "Params", "Resize", "CenterCrop", "RandomResizedCrop", "RandomAffine",
            "RandomRotation", "RandomCrop", "Pad", "RandomZoomOut", "ScaleJitter", "RandomShortestSize",
-           "RandomHorizontalFlip", "RandomVerticalFlip", "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale",
+           "RandomHorizontalFlip", "RandomVerticalFlip", "TrivialAugmentWide", "RandAugment", "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale",
            "sample_rng", "transform_boxes", "transform_keypoints", "transform_landmarks", "IMAGENET_MEAN",
            "IMAGENET_STD"]
 
@@ -74,7 +75,9 @@ class Compose:
             raise ArgumentError("Compose: Normalize, if given, must be the last transform (it is fused into the warp)")
         self.normalize: Optional[Normalize] = norms[0] if norms else None
         self.photometric = [t for t in transforms if is_photometric(t)]
-        self.geometric = [t for t in transforms if not is_photometric(t) and not isinstance(t, Normalize)]
+        # A policy (TrivialAugmentWide, RandAugment) is both: its ops join the matrix or the colours.
+        self.geometric = [t for t in transforms
+                          if (is_policy(t) or not is_photometric(t)) and not isinstance(t, Normalize)]
         first_photo = next((i for i, t in enumerate(transforms) if is_photometric(t)), len(transforms))
         if any(not is_photometric(t) and not isinstance(t, Normalize) for t in transforms[first_photo:]):
             raise ValueError("Compose: geometric transforms must come before ColorJitter/RandomGrayscale "
@@ -113,7 +116,8 @@ class Compose:
             if m is None:
                 m = np.eye(3)
             for t in self.photometric:
-                info[type(t).__name__] = t.draw(rng)
+                if not is_policy(t):  # a policy drew its colour ops with its geometric ones
+                    info[type(t).__name__] = t.draw(rng)
             if out is not None and size != out:
                 raise ArgumentError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
                                  "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), CenterCrop, "

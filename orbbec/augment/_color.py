@@ -122,6 +122,9 @@ def apply_photometric(x: torch.Tensor, samples: List[dict], transforms) -> torch
     """Runs the photometric transforms (in their Compose order) on x [B, 3, H, W] float in [0, 1],
     with each sample's drawn parameters (samples[i][name])."""
     for t in transforms:
+        if hasattr(t, "apply_colour"):  # a policy (TrivialAugmentWide, RandAugment): drawn with the geometry
+            x = t.apply_colour(x, samples)
+            continue
         key = type(t).__name__
         draws = [s[key] for s in samples]
         if isinstance(t, RandomGrayscale):
@@ -147,5 +150,6 @@ def apply_photometric(x: torch.Tensor, samples: List[dict], transforms) -> torch
 
 
 def is_photometric(t) -> bool:
-    return isinstance(t, (ColorJitter, RandomGrayscale))
+    """Whether t works on the warped batch's colours (a policy does, besides its geometric part)."""
+    return isinstance(t, (ColorJitter, RandomGrayscale)) or hasattr(t, "apply_colour")
 

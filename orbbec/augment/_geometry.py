@@ -149,17 +149,22 @@ class RandomAffine:
             ty = float(round(rng.uniform(-self.translate[1] * h, self.translate[1] * h)))
         s = rng.uniform(*self.scale) if self.scale is not None else 1.0
         shx, shy = rng.uniform(*self.shear[0]), rng.uniform(*self.shear[1])
-        # torchvision's affine: R(angle) S(scale) SHy(shear_y) SHx(shear_x) about the centre, the angle
-        # clockwise on the screen (y points down), then the translation.
-        a, sx, sy = math.radians(angle), math.radians(shx), math.radians(shy)
-        rot = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
-        shear = np.array([[1, 0, 0], [-math.tan(sy), 1, 0], [0, 0, 1]]) @ \
-            np.array([[1, -math.tan(sx), 0], [0, 1, 0], [0, 0, 1]])
-        cx, cy = (w - 1) / 2.0, (h - 1) / 2.0
-        to_centre = np.array([[1.0, 0, -cx], [0, 1, -cy], [0, 0, 1]])
-        back = np.array([[1.0, 0, cx + tx], [0, 1, cy + ty], [0, 0, 1]])
-        m = back @ rot @ shear @ np.diag([s, s, 1.0]) @ to_centre
+        m = affine_matrix(((w - 1) / 2.0, (h - 1) / 2.0), angle, (tx, ty), s, (shx, shy))
         return m, size, {"angle": angle, "translate": (tx, ty), "scale": s, "shear": (shx, shy)}
+
+
+def affine_matrix(centre, angle: float, translate=(0.0, 0.0), scale: float = 1.0, shear=(0.0, 0.0)) -> np.ndarray:
+    """torchvision's affine as a forward matrix: R(angle) S(scale) SHy(shear_y) SHx(shear_x) about
+    `centre` (pixel centres at integers), the angle clockwise on the screen (y points down), then
+    the translation. Angles in degrees."""
+    a, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    rot = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
+    shear_m = np.array([[1, 0, 0], [-math.tan(sy), 1, 0], [0, 0, 1]]) @ \
+        np.array([[1, -math.tan(sx), 0], [0, 1, 0], [0, 0, 1]])
+    cx, cy = centre
+    to_centre = np.array([[1.0, 0, -cx], [0, 1, -cy], [0, 0, 1]])
+    back = np.array([[1.0, 0, cx + translate[0]], [0, 1, cy + translate[1]], [0, 0, 1]])
+    return back @ rot @ shear_m @ np.diag([scale, scale, 1.0]) @ to_centre
 
 
 class RandomRotation:
@@ -180,9 +185,6 @@ class RandomRotation:
     def __call__(self, rng, size: Size):
         h, w = size
         angle = rng.uniform(*self.degrees)
-        cx, cy = ((w - 1) / 2.0, (h - 1) / 2.0) if self.center is None else \
+        centre = ((w - 1) / 2.0, (h - 1) / 2.0) if self.center is None else \
             (self.center[0] - 0.5, self.center[1] - 0.5)
-        a = math.radians(-angle)
-        rot = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
-        m = np.array([[1.0, 0, cx], [0, 1, cy], [0, 0, 1]]) @ rot @ np.array([[1.0, 0, -cx], [0, 1, -cy], [0, 0, 1]])
-        return m, size, {"angle": angle}
+        return affine_matrix(centre, -angle), size, {"angle": angle}
