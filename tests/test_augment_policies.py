@@ -143,3 +143,16 @@ def test_a_loader_with_a_policy_gives_the_same_batches_whatever_the_workers(devi
     runs = [torch.cat([b.cpu() for b in GPULoader(jpegs, 4, transform=tf, seed=3, device=device, num_workers=w)])
             for w in (0, 2)]
     assert runs[0].shape == (12, 3, 64, 64) and torch.equal(runs[0], runs[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_samples_pixels_do_not_depend_on_its_batch(device):
+    """The colour ops run on the samples that drew them, batched: a sample comes out bit for bit the
+    same in a batch of 24 and alone (the loader's batches shrink when a bad sample is skipped)."""
+    aug = A.Compose([A.RandAugment(num_ops=2, magnitude=20), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
+    images = _photos(24, device)
+    p = aug.draw([SIZE] * 24, list(range(24)), seed=9)
+    batch = aug.apply(images, p)
+    for k in (0, 5, 17):
+        alone = aug.apply([images[k]], aug.draw([SIZE], [k], seed=9))
+        assert torch.equal(batch[k], alone[0]), (k, p.samples[k]["RandAugment.ops"])

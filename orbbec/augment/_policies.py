@@ -130,10 +130,11 @@ def _levels(x: torch.Tensor) -> torch.Tensor:
 
 def _sharpness(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     # torchvision's: the inner pixels blended with a 3 x 3 smoothing (1s around a 5, over 13); the
-    # outermost rows and columns kept.
-    k = torch.full((3, 3), 1.0 / 13.0, dtype=x.dtype, device=x.device)
-    k[1, 1] = 5.0 / 13.0
-    blurred = torch.nn.functional.conv2d(x, k.expand(x.shape[1], 1, 3, 3), groups=x.shape[1])
+    # outermost rows and columns kept. Summed tap by tap rather than by conv2d, whose algorithm (and
+    # last bits) may change with the batch's size: a sample's pixels must not depend on its batch.
+    h, w = x.shape[-2:]
+    ring = sum(x[..., dy:h - 2 + dy, dx:w - 2 + dx] for dy in range(3) for dx in range(3) if (dy, dx) != (1, 1))
+    blurred = (ring + 5.0 * x[..., 1:-1, 1:-1]) / 13.0
     out = x.clone()
     inner = out[..., 1:-1, 1:-1]
     inner.add_((blurred - inner) * (1.0 - f))
