@@ -304,3 +304,30 @@ def test_colour_transforms_match_torchvision_v2_in_each_samples_order(device):
             x = F.rgb_to_grayscale(x, num_output_channels=3)
         assert torch.allclose(out[k], x, atol=2e-5), k
     assert len(orders) > 1  # the order is drawn per sample
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_erasing_is_torchvisions_erase_with_each_samples_rectangle(device):
+    """RandomErasing after Normalize: each sample that drew a rectangle equals torchvision's erase of
+    the same batch without it, at that rectangle; the others are untouched; p and the area range hold."""
+    F = _v2()
+    imgs = [_rgb(i, (64, 80)).to(device) for i in range(40)]
+    base = [A.RandomHorizontalFlip(), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)]
+    erasing = A.Compose(base + [A.RandomErasing(p=0.6, scale=(0.05, 0.3), value=(0.5, -1.0, 2.0))])
+    p = erasing.draw([(64, 80)] * 40, list(range(40)), seed=13)
+    out = erasing.apply(imgs, p)
+    plain = A.Compose(base).apply(imgs, p)
+    rects = [s["RandomErasing"]["erase"] for s in p.samples]
+    assert 14 <= sum(r is not None for r in rects) <= 34
+    for k, r in enumerate(rects):
+        if r is None:
+            assert torch.equal(out[k], plain[k])
+            continue
+        top, left, h, w = r
+        assert 0.05 * 64 * 80 * 0.8 <= h * w <= 0.3 * 64 * 80 * 1.2
+        ref = F.erase(plain[k], top, left, h, w, torch.tensor([0.5, -1.0, 2.0], device=device).view(3, 1, 1))
+        assert torch.equal(out[k], ref), k
+    with pytest.raises(ValueError, match="last"):
+        A.Compose([A.RandomErasing(), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
+    with pytest.raises(ValueError, match="random"):
+        A.RandomErasing(value="random")

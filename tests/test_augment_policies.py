@@ -132,17 +132,19 @@ def test_draws_are_per_sample_and_follow_the_spaces():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_loader_with_a_policy_gives_the_same_batches_whatever_the_workers(device):
+def test_a_loader_with_a_policy_and_erasing_gives_the_same_batches_whatever_the_workers(device):
     from jpeg_files import encode, photo
 
     from orbbec.data import GPULoader
 
     jpegs = [encode(photo(i, (90 + 7 * i, 120))) for i in range(12)]
     tf = A.Compose([A.RandomResizedCrop(64), A.RandomHorizontalFlip(), A.TrivialAugmentWide(),
-                    A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
+                    A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD), A.RandomErasing(p=0.5, value=9.0)])
     runs = [torch.cat([b.cpu() for b in GPULoader(jpegs, 4, transform=tf, seed=3, device=device, num_workers=w)])
             for w in (0, 2)]
     assert runs[0].shape == (12, 3, 64, 64) and torch.equal(runs[0], runs[1])
+    erased = (runs[0] == 9.0).all(dim=1).flatten(1).any(dim=1)  # a pixel 9 in every channel: erased
+    assert 0 < int(erased.sum()) < 12
 
 
 @pytest.mark.parametrize("device", DEVICES)

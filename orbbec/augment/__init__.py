@@ -22,6 +22,7 @@ from ._faces import AlignFaces
 from ._canvas import Pad, RandomCrop, RandomShortestSize, RandomZoomOut, ScaleJitter
 from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
                         RandomVerticalFlip, Resize)
+from ._erasing import RandomErasing
 from ._policies import RandAugment, TrivialAugmentWide, is_policy
 from ._random import SampleRngs, sample_rng
 from ._targets import transform_boxes, transform_keypoints, transform_landmarks
@@ -32,7 +33,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 __all__ = ["Compose", "Normalize", "Params", "Resize", "CenterCrop", "RandomResizedCrop", "RandomAffine",
            "RandomRotation", "RandomCrop", "Pad", "RandomZoomOut", "ScaleJitter", "RandomShortestSize",
-           "RandomHorizontalFlip", "RandomVerticalFlip", "TrivialAugmentWide", "RandAugment", "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale",
+           "RandomHorizontalFlip", "RandomVerticalFlip", "TrivialAugmentWide", "RandAugment", "RandomErasing", "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale",
            "sample_rng", "transform_boxes", "transform_keypoints", "transform_landmarks", "IMAGENET_MEAN",
            "IMAGENET_STD"]
 
@@ -70,9 +71,15 @@ class Compose:
 
     def __init__(self, transforms: Sequence):
         transforms = list(transforms)
+        # RandomErasing works on the finished batch: last, after Normalize, as in torchvision's recipes.
+        self.erasing = [t for t in transforms if isinstance(t, RandomErasing)]
+        if len(self.erasing) > 1 or (self.erasing and transforms[-1] is not self.erasing[0]):
+            raise ArgumentError("Compose: RandomErasing, if given, must be the last transform (after Normalize)")
+        transforms = transforms[:-1] if self.erasing else transforms
         norms = [t for t in transforms if isinstance(t, Normalize)]
         if len(norms) > 1 or (norms and transforms[-1] is not norms[0]):
-            raise ArgumentError("Compose: Normalize, if given, must be the last transform (it is fused into the warp)")
+            raise ArgumentError("Compose: Normalize, if given, must be the last transform (it is fused into the "
+                                "warp), or come just before RandomErasing")
         self.normalize: Optional[Normalize] = norms[0] if norms else None
         self.photometric = [t for t in transforms if is_photometric(t)]
         # A policy (TrivialAugmentWide, RandAugment) is both: its ops join the matrix or the colours.
@@ -118,6 +125,8 @@ class Compose:
             for t in self.photometric:
                 if not is_policy(t):  # a policy drew its colour ops with its geometric ones
                     info[type(t).__name__] = t.draw(rng)
+            for t in self.erasing:
+                info[type(t).__name__] = t.draw_at(rng, size)
             if out is not None and size != out:
                 raise ArgumentError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
                                  "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), CenterCrop, "
@@ -150,13 +159,14 @@ class Compose:
 
     def after_warp(self, x: torch.Tensor, params: Params) -> torch.Tensor:
         """What follows the warp (of apply, or of the loader's warp in the decoder): the photometric
-        transforms and the normalisation, when not fused into the warp."""
-        if not self.photometric:
-            return x
-        x = apply_photometric(x, params.samples, self.photometric)
-        n = self.normalize
-        if n is not None:
-            mean = torch.tensor(n.mean, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
-            std = torch.tensor(n.std, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
-            x = x.sub_(mean).div_(std)
+        transforms and the normalisation, when not fused into the warp; then RandomErasing."""
+        if self.photometric:
+            x = apply_photometric(x, params.samples, self.photometric)
+            n = self.normalize
+            if n is not None:
+                mean = torch.tensor(n.mean, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
+                std = torch.tensor(n.std, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
+                x = x.sub_(mean).div_(std)
+        for t in self.erasing:
+            x = t.apply_batch(x, [s[type(t).__name__]["erase"] for s in params.samples])
         return x
