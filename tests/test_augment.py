@@ -331,3 +331,33 @@ def test_random_erasing_is_torchvisions_erase_with_each_samples_rectangle(device
         A.Compose([A.RandomErasing(), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
     with pytest.raises(ValueError, match="random"):
         A.RandomErasing(value="random")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_photometric_distort_matches_torchvision_v2_in_each_samples_steps(device):
+    """RandomPhotometricDistort: each sample's drawn steps (brightness, contrast before or after
+    saturation and hue, channel order) through torchvision's functional ops give its pixels."""
+    F = _v2()
+    imgs = [_rgb(i, (48, 64)).to(device) for i in range(24)]
+    aug = A.Compose([A.Resize((48, 64)), A.RandomPhotometricDistort(p=0.6)])
+    p = aug.draw([(48, 64)] * 24, list(range(24)), seed=17)
+    out = aug.apply(imgs, p)
+    permuted = 0
+    for k, img in enumerate(imgs):
+        d = p.samples[k]["RandomPhotometricDistort"]
+        x = img.permute(2, 0, 1).float() / 255
+        if d["brightness"] is not None:
+            x = F.adjust_brightness(x, d["brightness"])
+        if d["contrast"] is not None and d["contrast_before"]:
+            x = F.adjust_contrast(x, d["contrast"])
+        if d["saturation"] is not None:
+            x = F.adjust_saturation(x, d["saturation"])
+        if d["hue"] is not None:
+            x = F.adjust_hue(x, d["hue"])
+        if d["contrast"] is not None and not d["contrast_before"]:
+            x = F.adjust_contrast(x, d["contrast"])
+        if d["channels"] is not None:
+            x = F.permute_channels(x, d["channels"])
+            permuted += d["channels"] != [0, 1, 2]
+        assert torch.allclose(out[k], x, atol=2e-5), (k, d)
+    assert permuted > 0 and len({s["RandomPhotometricDistort"]["contrast_before"] for s in p.samples}) == 2

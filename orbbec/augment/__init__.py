@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._color import ColorJitter, RandomGrayscale, apply_photometric, is_photometric
+from ._color import ColorJitter, RandomGrayscale, RandomPhotometricDistort, apply_photometric, is_photometric
 from ._faces import AlignFaces
 from ._canvas import Pad, RandomCrop, RandomShortestSize, RandomZoomOut, ScaleJitter
 from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
@@ -33,9 +33,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 __all__ = ["Compose", "Normalize", "Params", "Resize", "CenterCrop", "RandomResizedCrop", "RandomAffine",
            "RandomRotation", "RandomCrop", "Pad", "RandomZoomOut", "ScaleJitter", "RandomShortestSize",
-           "RandomHorizontalFlip", "RandomVerticalFlip", "TrivialAugmentWide", "RandAugment", "RandomErasing", "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale",
-           "sample_rng", "transform_boxes", "transform_keypoints", "transform_landmarks", "IMAGENET_MEAN",
-           "IMAGENET_STD"]
+           "RandomHorizontalFlip", "RandomVerticalFlip", "TrivialAugmentWide", "RandAugment", "RandomErasing",
+           "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale", "RandomPhotometricDistort", "sample_rng",
+           "transform_boxes", "transform_keypoints", "transform_landmarks", "IMAGENET_MEAN", "IMAGENET_STD"]
 
 
 class Grayscale(RandomGrayscale):

@@ -153,3 +153,46 @@ def is_photometric(t) -> bool:
     """Whether t works on the warped batch's colours (a policy does, besides its geometric part)."""
     return isinstance(t, (ColorJitter, RandomGrayscale)) or hasattr(t, "apply_colour")
 
+
+
+class RandomPhotometricDistort:
+    """torchvision's RandomPhotometricDistort (SSD): brightness, contrast, saturation and hue each
+    with probability p, factors uniform in their ranges; the contrast before or after saturation and
+    hue (even odds); then, with probability p, the channels in a random order."""
+
+    def __init__(self, brightness=(0.875, 1.125), contrast=(0.5, 1.5), saturation=(0.5, 1.5), hue=(-0.05, 0.05),
+                 p: float = 0.5):
+        self.ranges = {"brightness": _factor_range(brightness, "brightness"),
+                       "contrast": _factor_range(contrast, "contrast"),
+                       "saturation": _factor_range(saturation, "saturation"),
+                       "hue": _factor_range(hue, "hue", center=0.0, bound=(-0.5, 0.5))}
+        self.p = p
+
+    def draw(self, rng) -> dict:
+        d = {}
+        for name in _ADJUSTMENTS:
+            r = self.ranges[name]
+            drawn = rng.uniform() < self.p
+            d[name] = float(rng.uniform(*r)) if drawn and r is not None else None
+        d["contrast_before"] = bool(rng.uniform() < 0.5)
+        d["channels"] = [int(c) for c in rng.permutation(3)] if rng.uniform() < self.p else None
+        return d
+
+    def apply_colour(self, x: torch.Tensor, samples: List[dict]) -> torch.Tensor:
+        draws = [s["RandomPhotometricDistort"] for s in samples]
+        # (adjustment, None or whether it runs where the contrast goes first)
+        steps = [("brightness", None), ("contrast", True), ("saturation", None), ("hue", None), ("contrast", False)]
+        for name, before in steps:
+            rows = [i for i, d in enumerate(draws)
+                    if d[name] is not None and (before is None or d["contrast_before"] == before)]
+            if rows:
+                idx = torch.tensor(rows).to(x.device, non_blocking=True)
+                f = _per_sample([draws[i][name] for i in rows], x)
+                x.index_copy_(0, idx, _APPLY[name](x.index_select(0, idx), f))
+        rows = [i for i, d in enumerate(draws) if d["channels"] is not None]
+        if rows:
+            idx = torch.tensor(rows).to(x.device, non_blocking=True)
+            order = torch.tensor([draws[i]["channels"] for i in rows]).to(x.device, non_blocking=True)
+            part = x.index_select(0, idx)
+            x.index_copy_(0, idx, part.gather(1, order.view(-1, 3, 1, 1).expand_as(part)))
+        return x
