@@ -643,7 +643,7 @@ def test_worker_batches_arrive_intact_through_reused_slots():
     ds = JpegDataset(24)
     slots = SlotTable(2, 3)
     cfg = _loader._Config(ds, _transform(), torch.device("cuda"), "RGB", "raise", "padded", 0.0, None, 0, slots)
-    keys = _loader._Keys()
+    keys = _loader.Keys()
     batches = [[(3 * k + j) % 24 for j in range(5 + k % 3)] for k in range(16)]  # sizes vary
     keys.source = [(0, 7, b) for b in batches]
     reader = torch.utils.data.DataLoader(_loader._Batches(cfg), batch_size=None, sampler=keys, num_workers=2,

@@ -4,7 +4,6 @@ and augment each batch on the GPU on a side stream, `prefetch` batches ahead of 
 state."""
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -15,6 +14,8 @@ from . import _order
 from ._samples import HostBatch, prepare
 from ._shared import SlotTable
 from ._stages import assemble
+from ._epoch import CudaEpoch, Epoch, Timing
+from ._keys import Keys, Plan, keys_of
 from ._stream import Counters, GpuStream, start_workers
 
 # The side stream's priority. High (-1): the decoder's kernels and copies are short and the training
@@ -66,55 +67,6 @@ class _Batches(torch.utils.data.Dataset):
             if info is not None:
                 batch.pack(cfg.slots, info.id)
         return batch
-
-
-class _Keys(torch.utils.data.Sampler):
-    """The keys the workers read next, set before each pass: an epoch's list, or a _Plan that goes
-    on into the following epochs."""
-
-    def __init__(self):
-        self.source = []
-
-    def __iter__(self):
-        return iter(self.source)
-
-    def __len__(self):
-        return len(self.source)
-
-
-def keys_of(epoch: int, seed: int, indices: List[int], batch_size: int, drop_last: bool, skip: int) -> list:
-    """The workers' keys of an epoch's batches, from batch `skip` on."""
-    return [(epoch, seed, b) for b in _order.batches_of(indices, batch_size, drop_last, skip=skip)]
-
-
-class _Plan:
-    """The loader's own order from (epoch, skip) on, epoch after epoch, each epoch's order computed
-    when the workers reach it, with the arguments of the moment the plan was made (a later change,
-    e.g. of the seed, is caught by the consumer's key check)."""
-
-    def __init__(self, loader: "GPULoader", epoch: int, skip: int):
-        self.n, self.batch_size, self.drop_last = len(loader.dataset), loader.batch_size, loader.drop_last
-        self.shuffle, self.seed, self.rank, self.world_size = loader.shuffle, loader.seed, loader.rank, loader.world_size
-        self.epoch, self.skip = epoch, skip
-
-    def indices(self, epoch: int) -> List[int]:
-        return _order.epoch_indices(self.n, shuffle=self.shuffle, seed=self.seed, epoch=epoch, rank=self.rank,
-                                    world_size=self.world_size, drop_last=self.drop_last)
-
-    def keys(self, epoch: int, skip: int = 0) -> list:
-        return keys_of(epoch, self.seed, self.indices(epoch), self.batch_size, self.drop_last, skip)
-
-    def __iter__(self):
-        epoch, skip = self.epoch, self.skip
-        while True:
-            keys = self.keys(epoch, skip)
-            if not keys and skip == 0:
-                return  # epochs without batches: nothing would ever come
-            yield from keys
-            epoch, skip = epoch + 1, 0
-
-    def __len__(self):
-        return len(self.keys(self.epoch, self.skip))
 
 
 # DataLoader arguments that have no place here, and what to use instead.
@@ -192,11 +144,11 @@ class GPULoader:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.epoch, self.batches_served, self.skipped = 0, 0, []
-        self._counters = Counters(_Timing())
+        self._counters = Counters(Timing())
         self._resume = False  # the next __iter__ continues the epoch (after load_state_dict)
         self._cuda_stream = None  # the side stream of the GPU path
         self._batches: Optional[GpuStream] = None  # the GPU path's background threads, across epochs
-        self._keys = _Keys()
+        self._keys = Keys()
         # Workers start once and serve every epoch: forking them per epoch cost more than a short
         # epoch's decoding.
         slots = None
@@ -223,7 +175,7 @@ class GPULoader:
         whose first batches also size the decoder's buffers)."""
         out = self._counters.timing.summary()
         if reset:
-            self._counters.timing = _Timing()
+            self._counters.timing = Timing()
         return out
 
     # DataLoader / DistributedSampler interface -------------------------------------------------
@@ -242,7 +194,7 @@ class GPULoader:
     def _indices(self) -> List[int]:
         if self.sampler is not None:
             return _order.sampler_indices(self.sampler, self.epoch)
-        return _Plan(self, self.epoch, 0).indices(self.epoch)
+        return Plan(self, self.epoch, 0).indices(self.epoch)
 
     def __len__(self) -> int:
         return _order.batch_count(len(self._indices()), self.batch_size, self.drop_last)
@@ -254,17 +206,17 @@ class GPULoader:
         # (the GPU path's threads read ahead); with a user's sampler (whose next order is the
         # user's) this epoch's keys only.
         if self.sampler is None:
-            source = _Plan(self, self.epoch, skip)
+            source = Plan(self, self.epoch, skip)
             keys = source.keys(self.epoch, skip)
         else:
             keys = source = keys_of(self.epoch, self.seed, self._indices(), self.batch_size, self.drop_last, skip)
         if self.device.type == "cuda":
-            return _Epoch(self, _CudaEpoch(self, keys, source))
+            return Epoch(self, CudaEpoch(self, keys, source))
         self._keys.source = keys
-        return _Epoch(self, start_workers(self._reader))
+        return Epoch(self, start_workers(self._reader))
 
     def _start_stream(self, source) -> GpuStream:
-        """Background threads reading the keys of `source` (a _Plan or a list)."""
+        """Background threads reading the keys of `source` (a Plan or a list)."""
         self._close_stream()
         self._keys.source = source
         if self._cuda_stream is None:
@@ -298,102 +250,3 @@ class GPULoader:
             out = (batch.images, *batch.targets)
             return out + (batch.params,) if self.return_params else out
         return (batch.images, batch.params) if self.return_params else batch.images
-
-
-class _Timing:
-    NAMES = ("workers", "decode", "decode_native", "decode_gil", "augment_wait", "augment", "consumer")
-
-    def __init__(self):
-        self.batches, self.totals = 0, dict.fromkeys(self.NAMES, 0.0)
-        self.lock = threading.Lock()  # the decoding and the augmenting thread both add
-
-    def add(self, batch_done=False, **seconds):
-        with self.lock:
-            self.batches += batch_done
-            for k, v in seconds.items():
-                self.totals[k] += v
-
-    def summary(self) -> dict:
-        n = max(self.batches, 1)
-        return {"batches": self.batches, **{k: v / n for k, v in self.totals.items()}}
-
-
-class _Epoch:
-    """The iterator of one epoch: counts batches served (for state_dict) and moves to the next epoch
-    at its end."""
-
-    def __init__(self, loader: GPULoader, it):
-        self.loader, self.it = loader, it
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        ld = self.loader
-        while True:
-            try:
-                batch = next(self.it)
-            except StopIteration:
-                ld.epoch, ld.batches_served = ld.epoch + 1, 0
-                raise
-            ld.batches_served += 1
-            ld.skipped.extend(batch.extra.get("bad", []))
-            if batch.images is None:  # every sample of the batch was bad and skipped
-                continue
-            return ld._output(batch)
-
-    def close(self):
-        if hasattr(self.it, "close"):
-            self.it.close()
-
-    def __del__(self):
-        self.close()
-
-
-class _CudaEpoch:
-    """One epoch's batches off the loader's background threads, each batch's key checked against the
-    one this epoch expects: threads that went on with other keys (another epoch was set, the seed
-    changed, a resume) are replaced at the epoch's first batch."""
-
-    def __init__(self, loader: GPULoader, keys: list, source):
-        self.loader, self.keys, self.source, self.pos, self.stream = loader, keys, source, 0, None
-
-    def __next__(self) -> HostBatch:
-        ld = self.loader
-        if self.pos == len(self.keys):
-            raise StopIteration
-        fresh = self.stream is None and ld._batches is None
-        if self.stream is None:
-            self.stream = ld._batches or ld._start_stream(self.source)
-        batch = self._pull()
-        if self.pos == 0 and not fresh and _key(batch) != self.keys[0]:
-            self.stream = ld._start_stream(self.source)
-            batch = self._pull()
-        if batch is None:
-            raise StopIteration
-        if _key(batch) != self.keys[self.pos]:  # cannot happen: the stream serves its keys in order
-            ld._close_stream(self.stream)
-            raise RuntimeError(f"GPULoader: expected the batch of {self.keys[self.pos][:2]} at position {self.pos}, "
-                               f"got {_key(batch)[:2]}")
-        self.pos += 1
-        if self.pos == len(self.keys) and not isinstance(self.source, _Plan):  # the threads end with the epoch
-            ld._close_stream(self.stream)
-        return batch
-
-    def _pull(self) -> Optional[HostBatch]:
-        try:
-            return self.stream.next_batch()
-        except StopIteration:
-            return None
-        except BaseException:
-            self.loader._close_stream(self.stream)
-            raise
-
-    def close(self):
-        """An epoch left before its end stops its threads (they read ahead of where it stopped)."""
-        if self.stream is not None and self.pos < len(self.keys):
-            self.loader._close_stream(self.stream)
-
-
-def _key(batch: Optional[HostBatch]):
-    return None if batch is None else (batch.extra.get("epoch"), batch.extra.get("seed"), batch.indices)
