@@ -361,3 +361,41 @@ def test_photometric_distort_matches_torchvision_v2_in_each_samples_steps(device
             permuted += d["channels"] != [0, 1, 2]
         assert torch.allclose(out[k], x, atol=2e-5), (k, d)
     assert permuted > 0 and len({s["RandomPhotometricDistort"]["contrast_before"] for s in p.samples}) == 2
+
+
+def _iou_with(boxes, region):
+    l, t, r, b = region
+    iw = np.clip(np.minimum(boxes[:, 2], r) - np.maximum(boxes[:, 0], l), 0, None)
+    ih = np.clip(np.minimum(boxes[:, 3], b) - np.maximum(boxes[:, 1], t), 0, None)
+    inter = iw * ih
+    return inter / ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]) + (r - l) * (b - t) - inter)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_iou_crop_holds_the_centres_it_keeps_and_overlaps_one_enough(device):
+    """RandomIoUCrop as torchvision defines it: each crop keeps exactly the boxes whose centre it
+    holds, one of them overlapping it by the drawn IoU, within the scale and aspect bounds; a drawn
+    option >= 1 leaves the image; the pixels are torchvision's crop."""
+    F = _v2()
+    img = _rgb(3, (120, 160)).to(device)
+    boxes = np.array([[10, 10, 50, 60], [60, 40, 150, 110], [100, 5, 130, 30], [0, 80, 40, 119]], np.float32)
+    aug = A.Compose([A.RandomIoUCrop()])
+    cropped = 0
+    for k in range(40):
+        p = aug.draw([(120, 160)], [k], seed=2, targets=[{"boxes": boxes}])
+        s = {key.split(".", 1)[1]: v for key, v in p.samples[0].items()}
+        if s["crop"] is None:
+            assert s["min_iou"] >= 1.0 and p.size == (120, 160) and s["keep"] is None
+            continue
+        cropped += 1
+        left, top, w, h = s["crop"]
+        keep = np.array(s["keep"])
+        cx, cy = boxes[:, [0, 2]].mean(1), boxes[:, [1, 3]].mean(1)
+        assert keep.any() and (keep == ((left < cx) & (cx < left + w) & (top < cy) & (cy < top + h))).all()
+        assert _iou_with(boxes[keep], (left, top, left + w, top + h)).max() >= s["min_iou"]
+        assert int(0.3 * 160) <= w <= 160 and int(0.3 * 120) <= h <= 120 and 0.5 <= w / h <= 2
+        assert p.size == (h, w) and torch.equal(aug.apply([img], p)[0], F.crop(img.permute(2, 0, 1), top, left, h, w))
+    assert 10 < cropped < 40
+    # no boxes: torchvision would draw forever; here the image is left as it is
+    p = aug.draw([(120, 160)], [0], targets=[{"boxes": np.zeros((0, 4), np.float32)}])
+    assert p.samples[0]["RandomIoUCrop.crop"] is None and p.size == (120, 160)

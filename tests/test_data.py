@@ -250,6 +250,36 @@ def test_boxes_follow_the_image(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_ssd_recipe_drops_the_boxes_its_iou_crop_leaves_out_with_their_labels(device):
+    """RandomZoomOut, RandomIoUCrop, flip, Resize, RandomPhotometricDistort (torchvision's SSD recipe,
+    the colour after the geometry as Compose orders it) through the loader: each sample keeps the
+    boxes (and labels) whose centre its crop holds, moved by its matrix; samples the crop left alone
+    keep all of theirs."""
+    from orbbec.augment import transform_boxes
+
+    tf = A.Compose([A.RandomZoomOut(side_range=(1.0, 2.0)), A.RandomIoUCrop(), A.RandomHorizontalFlip(),
+                    A.Resize((96, 128)), A.RandomPhotometricDistort(), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
+    ds = JpegDataset(16)
+    items = [ds[i] for i in range(16)]
+    dropped = 0
+    for b in GPULoader(items, 8, transform=tf, seed=4, device=device, return_params=True):
+        for k, i in enumerate(b["label"].tolist()):
+            sample = b["params"].samples[k]
+            boxes = torch.as_tensor(items[i]["boxes"]).reshape(-1, 4)
+            labels = torch.as_tensor(items[i]["labels"])
+            keep = sample["RandomIoUCrop.keep"]
+            if keep is not None:
+                mask = torch.tensor(keep)
+                dropped += int((~mask).sum())
+                boxes, labels = boxes[mask], labels[mask]
+            want, kept = transform_boxes(boxes, b["params"].matrices[k], (96, 128))
+            n = int(b["num_boxes"][k])
+            assert n == len(want) and torch.allclose(b["boxes"][k, :n].cpu(), want), (i, sample)
+            assert torch.equal(b["labels"][k, :n].cpu(), labels[kept])
+    assert dropped > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_decoded_images_and_tuples_are_accepted(device):
     imgs = [torch.from_numpy(photo(i, SIZES[i % 4])[:, :, ::-1].copy()) for i in range(6)]
     ds = [(img, i) for i, img in enumerate(imgs)]

@@ -19,23 +19,24 @@ import torch
 
 from ._color import ColorJitter, RandomGrayscale, RandomPhotometricDistort, apply_photometric, is_photometric
 from ._faces import AlignFaces
-from ._canvas import Pad, RandomCrop, RandomShortestSize, RandomZoomOut, ScaleJitter
+from ._canvas import Pad, RandomCrop, RandomIoUCrop, RandomShortestSize, RandomZoomOut, ScaleJitter
 from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
                         RandomVerticalFlip, Resize)
 from ._erasing import RandomErasing
 from ._policies import RandAugment, TrivialAugmentWide, is_policy
 from ._random import SampleRngs, sample_rng
-from ._targets import transform_boxes, transform_keypoints, transform_landmarks
+from ._targets import enclosing_boxes, transform_boxes, transform_keypoints, transform_landmarks
 from ..common import ArgumentError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 __all__ = ["Compose", "Normalize", "Params", "Resize", "CenterCrop", "RandomResizedCrop", "RandomAffine",
-           "RandomRotation", "RandomCrop", "Pad", "RandomZoomOut", "ScaleJitter", "RandomShortestSize",
-           "RandomHorizontalFlip", "RandomVerticalFlip", "TrivialAugmentWide", "RandAugment", "RandomErasing",
-           "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale", "RandomPhotometricDistort", "sample_rng",
-           "transform_boxes", "transform_keypoints", "transform_landmarks", "IMAGENET_MEAN", "IMAGENET_STD"]
+           "RandomRotation", "RandomCrop", "Pad", "RandomZoomOut", "RandomIoUCrop", "ScaleJitter",
+           "RandomShortestSize", "RandomHorizontalFlip", "RandomVerticalFlip", "TrivialAugmentWide", "RandAugment",
+           "RandomErasing", "AlignFaces", "ColorJitter", "RandomGrayscale", "Grayscale", "RandomPhotometricDistort",
+           "sample_rng", "transform_boxes", "transform_keypoints", "transform_landmarks", "IMAGENET_MEAN",
+           "IMAGENET_STD"]
 
 
 class Grayscale(RandomGrayscale):
@@ -115,6 +116,11 @@ class Compose:
                     step, size, p = t(rng, size, None if targets is None else targets[k], fits[id(t)][k])
                 elif getattr(t, "needs_target", False):
                     step, size, p = t(rng, size, None if targets is None else targets[k])
+                elif getattr(t, "needs_boxes", False):  # the sample's boxes where the steps so far moved them
+                    boxes = None if targets is None or targets[k] is None else targets[k].get("boxes")
+                    if boxes is not None:
+                        boxes = enclosing_boxes(boxes, (m if m is not None else np.eye(3))[:2]).numpy()
+                    step, size, p = t(rng, size, boxes)
                 else:
                     step, size, p = t(rng, size)
                 m = step if m is None else step @ m

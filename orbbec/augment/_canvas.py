@@ -136,3 +136,60 @@ class RandomShortestSize:
         if self.max_size is not None:
             r = min(r, self.max_size / max(h, w))
         return _resize_to(size, (max(1, int(h * r)), max(1, int(w * r))))
+
+
+class RandomIoUCrop:
+    """torchvision's RandomIoUCrop (SSD): draw a minimum overlap from `sampler_options` (>= 1: leave
+    the image as it is), then up to `trials` crops of `min_scale`-`max_scale` of each side within
+    the aspect range, until one contains the centre of a box and overlaps one of those boxes by the
+    drawn IoU. Boxes whose centre falls outside the crop are dropped with their labels (the loader
+    does it; params "keep"). torchvision draws options until one succeeds and so never ends for an
+    image without boxes; here after `max_options` options the image is left as it is. The boxes it
+    sees are the sample's "boxes" moved by the transforms before it."""
+    needs_boxes = True
+
+    def __init__(self, min_scale: float = 0.3, max_scale: float = 1.0, min_aspect_ratio: float = 0.5,
+                 max_aspect_ratio: float = 2.0, sampler_options: Optional[Sequence[float]] = None,
+                 trials: int = 40, max_options: int = 100):
+        self.min_scale, self.max_scale = min_scale, max_scale
+        self.min_aspect_ratio, self.max_aspect_ratio = min_aspect_ratio, max_aspect_ratio
+        self.options = list(sampler_options) if sampler_options is not None else [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 2.0]
+        self.trials, self.max_options = trials, max_options
+
+    def _crop(self, rng, size: Size, boxes: np.ndarray):
+        h, w = size
+        for _ in range(self.max_options):
+            min_iou = self.options[int(rng.integers(0, len(self.options)))]
+            if min_iou >= 1.0 or len(boxes) == 0:
+                return None, min_iou
+            for _ in range(self.trials):
+                new_w = int(w * (self.min_scale + (self.max_scale - self.min_scale) * rng.uniform()))
+                new_h = int(h * (self.min_scale + (self.max_scale - self.min_scale) * rng.uniform()))
+                if new_h == 0 or not self.min_aspect_ratio <= new_w / new_h <= self.max_aspect_ratio:
+                    continue
+                left, top = int((w - new_w) * rng.uniform()), int((h - new_h) * rng.uniform())
+                right, bottom = left + new_w, top + new_h
+                if left == right or top == bottom:
+                    continue
+                cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
+                inside = (left < cx) & (cx < right) & (top < cy) & (cy < bottom)
+                if not inside.any():
+                    continue
+                b = boxes[inside]
+                iw = np.clip(np.minimum(b[:, 2], right) - np.maximum(b[:, 0], left), 0, None)
+                ih = np.clip(np.minimum(b[:, 3], bottom) - np.maximum(b[:, 1], top), 0, None)
+                inter = iw * ih
+                union = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) + new_w * new_h - inter
+                if (inter / union).max() < min_iou:
+                    continue
+                return (left, top, new_w, new_h, inside), min_iou
+        return None, None
+
+    def __call__(self, rng, size: Size, boxes):
+        boxes = np.zeros((0, 4)) if boxes is None else np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        crop, min_iou = self._crop(rng, size, boxes)
+        if crop is None:
+            return np.eye(3), size, {"crop": None, "min_iou": min_iou, "keep": None}
+        left, top, w, h, inside = crop
+        return _shift(-left, -top), (h, w), {"crop": (left, top, w, h), "min_iou": min_iou,
+                                             "keep": [bool(v) for v in inside]}

@@ -15,17 +15,23 @@ def _apply(points: torch.Tensor, M: torch.Tensor, shift: float = 0.5) -> torch.T
     return (p @ M[..., :2].transpose(-1, -2) + M[..., 2].unsqueeze(-2)) + shift
 
 
+def enclosing_boxes(boxes, M) -> torch.Tensor:
+    """Boxes [N, 4] xyxy -> the boxes enclosing their four corners through M ([2, 3] or [N, 2, 3]),
+    float64, unclipped."""
+    M = torch.as_tensor(M, dtype=torch.float64)
+    b = torch.as_tensor(boxes, dtype=torch.float64).reshape(-1, 4)
+    corners = torch.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [0, 3]], b[:, [2, 3]]], dim=1)
+    moved = _apply(corners, M)
+    return torch.cat([moved.min(dim=1).values, moved.max(dim=1).values], dim=1)
+
+
 def transform_boxes(boxes: torch.Tensor, M: torch.Tensor, size: Tuple[int, int],
                     min_visible: float = 0.0, min_size: float = 1.0):
     """Boxes [N, 4] xyxy -> (boxes [K, 4], kept [N] bool): the four corners through M, their
     enclosing box clipped to the output (height, width) `size`. A box is dropped when less than
     `min_visible` of its transformed area, or less than `min_size` pixels of width or height, remains.
     M is [2, 3], or one matrix per box [N, 2, 3] (the boxes of a whole batch in one call)."""
-    M = torch.as_tensor(M, dtype=torch.float64)
-    b = torch.as_tensor(boxes, dtype=torch.float64).reshape(-1, 4)
-    corners = torch.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [0, 3]], b[:, [2, 3]]], dim=1)
-    moved = _apply(corners, M)
-    lo, hi = moved.min(dim=1).values, moved.max(dim=1).values
+    lo, hi = enclosing_boxes(boxes, M).split(2, dim=1)
     full = (hi - lo).prod(dim=1)
     h, w = size
     limit = torch.tensor([w, h], dtype=torch.float64)

@@ -112,6 +112,22 @@ def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> 
                     targets[b][pk] = torch.as_tensor(targets[b][pk])[keep]
 
 
+def _drop_boxes_left_out(targets: List[dict], samples: List[dict]) -> None:
+    """Drops the boxes (and their per-box keys) that a transform left out of its sample's params
+    ("<Transform>.keep": RandomIoUCrop keeps the boxes whose centre lies in its crop)."""
+    for target, sample in zip(targets, samples):
+        for name, keep in sample.items():
+            if not name.endswith(".keep") or keep is None:
+                continue
+            mask = torch.tensor(keep, dtype=torch.bool)
+            for k in BOX_KEYS:
+                if k in target:
+                    target[k] = torch.as_tensor(target[k], dtype=torch.float32).reshape(-1, 4)[mask]
+            for k in PER_BOX_KEYS:
+                if k in target:
+                    target[k] = torch.as_tensor(target[k])[mask]
+
+
 def _move_keypoints(target: dict, M, size, flipped, flip_pairs) -> dict:
     """A copy of the sample's target (the dataset's own dict stays as it is) with its keypoints moved."""
     out = dict(target)
@@ -215,6 +231,7 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
             M, size = batch.params.matrices, batch.params.size
             flipped = [_flipped(p) for p in batch.params.samples]
             targets = [_move_keypoints(t, M[b], size, flipped[b], flip_pairs) for b, t in enumerate(targets)]
+            _drop_boxes_left_out(targets, batch.params.samples)
             _move_boxes(targets, M, size, box_min_visible)
             _move_landmarks(targets, M, size, flipped)
         batch.targets = collate_dicts(targets, ragged)
