@@ -279,6 +279,52 @@ def test_ssd_recipe_drops_the_boxes_its_iou_crop_leaves_out_with_their_labels(de
     assert dropped > 0
 
 
+class _Segmented(torch.utils.data.Dataset):
+    """Two bright squares painted into a darkened photograph, with their boxes, a semantic "mask"
+    (label 1 and 2 on the squares) and instance "masks" (one bool mask per box)."""
+    boxes = np.array([[40, 50, 90, 100], [150, 100, 200, 160]], np.float32)
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        img = (photo(i, (200, 240)) // 3).copy()
+        mask = np.zeros((200, 240), np.uint8)
+        for label, (x0, y0, x1, y1) in enumerate(self.boxes.astype(int), start=1):
+            img[y0:y1, x0:x1] = 255
+            mask[y0:y1, x0:x1] = label
+        return {"image": encode(img, quality=95), "boxes": self.boxes, "labels": np.array([1, 2]), "mask": mask,
+                "masks": np.stack([mask == 1, mask == 2]), "label": i}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_masks_follow_the_image_nearest_and_drop_with_their_boxes(device):
+    """A semantic mask and per-box instance masks, warped by each sample's matrix (nearest): the
+    labelled pixels are the squares' bright pixels in the warped image, each instance mask is its
+    label's region of the semantic one, and a box a crop drops takes its mask along."""
+    tf = A.Compose([A.RandomAffine(25, (0.1, 0.1), (0.8, 1.1)), A.RandomHorizontalFlip(), A.RandomIoUCrop(),
+                    A.Resize((160, 192))])
+    dropped = 0
+    for b in GPULoader(_Segmented(), 4, transform=tf, seed=3, device=device):
+        assert b["mask"].shape == (4, 160, 192) and b["mask"].dtype == torch.uint8
+        bright = b["image"].float().mean(1).cpu() > 200
+        for k in range(4):
+            mask, n = b["mask"][k].cpu(), int(b["num_boxes"][k])
+            labelled = mask > 0
+            agree = (labelled & bright[k]).sum() / (labelled | bright[k]).sum().clamp(min=1)
+            assert agree > 0.9, (k, float(agree))
+            masks = b["masks"][k, :n].cpu()
+            assert masks.dtype == torch.bool and masks.shape == (n, 160, 192)
+            for j in range(n):
+                assert torch.equal(masks[j], mask == int(b["labels"][k, j]))
+            dropped += 2 - n
+    assert dropped > 0  # some crop left a square out
+    items = [_Segmented()[i] for i in range(4)]
+    items[2]["mask"] = items[2]["mask"][:, :200]
+    with pytest.raises(ValueError, match=r"sample 2: 'mask' is \(200, 200\), its image \(200, 240\)"):
+        list(GPULoader(items, 4, transform=tf, device=device))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_decoded_images_and_tuples_are_accepted(device):
     imgs = [torch.from_numpy(photo(i, SIZES[i % 4])[:, :, ::-1].copy()) for i in range(6)]

@@ -17,6 +17,9 @@ BOX_KEYS = ("boxes",)
 PER_BOX_KEYS = ("labels",)
 POINT_KEYS = ("keypoints",)
 LANDMARK_KEYS = ("landmarks",)
+MASK_KEYS = ("mask",)              # [H, W]: a label per pixel (semantic segmentation)
+INSTANCE_MASK_KEYS = ("masks",)    # [N, H, W]: one mask per box (instance segmentation)
+BOX_ALIGNED_KEYS = PER_BOX_KEYS + INSTANCE_MASK_KEYS  # kept or dropped with their boxes
 
 
 def split_item(item):
@@ -103,6 +106,16 @@ def target_problem(target: dict) -> str:
             shape, why = _shape_of(target[k])
             if why or len(shape) != 1 or shape[0] != n_boxes:
                 return f"{k!r} must hold one value per box ({n_boxes}), got " + (why or f"shape {shape}")
+    for k in INSTANCE_MASK_KEYS:
+        if k in target:
+            shape, why = _shape_of(target[k])
+            if why or len(shape) != 3 or (n_boxes is not None and shape[0] != n_boxes):
+                return f"{k!r} must be [N, H, W], one mask per box, got " + (why or f"shape {shape}")
+    for k in MASK_KEYS:
+        if k in target:
+            shape, why = _shape_of(target[k])
+            if why or len(shape) != 2:
+                return f"{k!r} must be [H, W], a label per pixel, got " + (why or f"shape {shape}")
     for k in POINT_KEYS:
         if k in target:
             shape, why = _shape_of(target[k])

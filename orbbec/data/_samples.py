@@ -13,7 +13,9 @@ from torch.utils.data import default_collate
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
 from ..common import ArgumentError
 from ..io._buffers import with_height
-from ._items import BOX_KEYS, LANDMARK_KEYS, PER_BOX_KEYS, POINT_KEYS, image_source, split_item, target_problem
+from ._items import (BOX_ALIGNED_KEYS, BOX_KEYS, INSTANCE_MASK_KEYS, LANDMARK_KEYS, POINT_KEYS, image_source,
+                     split_item, target_problem)
+from ._masks import warp_masks
 from ._rows import rows_to_decode
 from ._shared import by_value, from_value
 
@@ -107,7 +109,7 @@ def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> 
         keeps = kept.split(counts.tolist())
         for b, keep, part in zip(have, keeps, moved.split([int(x.sum()) for x in keeps])):
             targets[b][k] = part
-            for pk in PER_BOX_KEYS:
+            for pk in BOX_ALIGNED_KEYS:
                 if pk in targets[b]:
                     targets[b][pk] = torch.as_tensor(targets[b][pk])[keep]
 
@@ -123,7 +125,7 @@ def _drop_boxes_left_out(targets: List[dict], samples: List[dict]) -> None:
             for k in BOX_KEYS:
                 if k in target:
                     target[k] = torch.as_tensor(target[k], dtype=torch.float32).reshape(-1, 4)[mask]
-            for k in PER_BOX_KEYS:
+            for k in BOX_ALIGNED_KEYS:
                 if k in target:
                     target[k] = torch.as_tensor(target[k])[mask]
 
@@ -177,11 +179,12 @@ def collate_dicts(targets: List[dict], ragged: str) -> dict:
     out = {}
     for k in targets[0]:
         values = [t[k] for t in targets]
-        if k in BOX_KEYS + PER_BOX_KEYS and ragged == "padded":
-            out[k], counts = _pad([torch.as_tensor(v) for v in values], -1 if k in PER_BOX_KEYS else 0)
+        if k in BOX_KEYS + BOX_ALIGNED_KEYS and ragged == "padded":
+            fill = 0 if k in BOX_KEYS + INSTANCE_MASK_KEYS else -1
+            out[k], counts = _pad([torch.as_tensor(v) for v in values], fill)
             if k in BOX_KEYS:
                 out["num_" + k] = counts
-        elif k in BOX_KEYS + PER_BOX_KEYS:
+        elif k in BOX_KEYS + BOX_ALIGNED_KEYS:
             out[k] = [torch.as_tensor(v) for v in values]
         else:
             out[k] = _collate(values)
@@ -231,6 +234,7 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
             M, size = batch.params.matrices, batch.params.size
             flipped = [_flipped(p) for p in batch.params.samples]
             targets = [_move_keypoints(t, M[b], size, flipped[b], flip_pairs) for b, t in enumerate(targets)]
+            warp_masks(targets, M, size, [s[2] for s in sources], indices, batch.errors)
             _drop_boxes_left_out(targets, batch.params.samples)
             _move_boxes(targets, M, size, box_min_visible)
             _move_landmarks(targets, M, size, flipped)
