@@ -143,9 +143,10 @@ class RandomIoUCrop:
     the image as it is), then up to `trials` crops of `min_scale`-`max_scale` of each side within
     the aspect range, until one contains the centre of a box and overlaps one of those boxes by the
     drawn IoU. Boxes whose centre falls outside the crop are dropped with their labels (the loader
-    does it; params "keep"). torchvision draws options until one succeeds and so never ends for an
-    image without boxes; here after `max_options` options the image is left as it is. The boxes it
-    sees are the sample's "boxes" moved by the transforms before it."""
+    does it; params "keep"). torchvision draws options until one succeeds, and so never ends for an
+    image without boxes; here such an image is left as it is, and so is one for which
+    `max_options` options found no crop. The boxes it sees are the sample's "boxes" moved by the
+    transforms before it."""
     needs_boxes = True
 
     def __init__(self, min_scale: float = 0.3, max_scale: float = 1.0, min_aspect_ratio: float = 0.5,
