@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from ..common import ArgumentError
-from ._geometry import Size, _pair, scale_region
+from ._geometry import Size, _constant_border, _pair, scale_region
 
 Padding = Tuple[int, int, int, int]  # left, top, right, bottom
 
@@ -28,15 +28,6 @@ def _padding(padding, name) -> Padding:
     if p is None or min(p) < 0:
         raise ArgumentError(f"{name}: padding must be an int >= 0 or 2 or 4 of them, got {padding}")
     return p
-
-
-def _constant_border(name, fill, padding_mode="constant") -> None:
-    if padding_mode != "constant":
-        raise ArgumentError(f"{name}: padding_mode {padding_mode!r} is not supported: the padding takes the "
-                            "warp's constant border")
-    if fill not in (0, None):
-        raise ArgumentError(f"{name}: fill={fill!r} is not taken here: the padding takes the warp's border, "
-                            "GPULoader(border_value=...) or Compose.apply(border_value=...)")
 
 
 def _shift(dx: float, dy: float) -> np.ndarray:

@@ -76,6 +76,17 @@ def _per_sample(values, x) -> torch.Tensor:
     return torch.tensor(values, dtype=x.dtype).to(x.device, non_blocking=True).view(-1, 1, 1, 1)
 
 
+def apply_to_rows(x: torch.Tensor, rows: List[int], fn) -> torch.Tensor:
+    """x with fn applied to the samples `rows` at once: the batch itself when they are all of it,
+    else a gathered part written back. Returns the result (x itself, or fn's new tensor)."""
+    if not rows:
+        return x
+    if len(rows) == x.shape[0]:
+        return fn(x)
+    idx = torch.tensor(rows).to(x.device, non_blocking=True)
+    return x.index_copy_(0, idx, fn(x.index_select(0, idx)))
+
+
 def adjust_brightness(x, f):
     return (x * f).clamp_(0, 1)
 
@@ -122,37 +133,28 @@ def apply_photometric(x: torch.Tensor, samples: List[dict], transforms) -> torch
     """Runs the photometric transforms (in their Compose order) on x [B, 3, H, W] float in [0, 1],
     with each sample's drawn parameters (samples[i][name])."""
     for t in transforms:
-        if hasattr(t, "apply_colour"):  # a policy (TrivialAugmentWide, RandAugment): drawn with the geometry
+        if hasattr(t, "apply_colour"):  # a transform that applies itself (a policy, RandomPhotometricDistort)
             x = t.apply_colour(x, samples)
             continue
         key = type(t).__name__
         draws = [s[key] for s in samples]
         if isinstance(t, RandomGrayscale):
             rows = [i for i, d in enumerate(draws) if d["gray"]]
-            if rows:
-                idx = torch.tensor(rows).to(x.device, non_blocking=True)
-                x.index_copy_(0, idx, grayscale(x.index_select(0, idx)).expand(-1, 3, -1, -1).contiguous())
+            x = apply_to_rows(x, rows, lambda part: grayscale(part).expand(-1, 3, -1, -1).contiguous())
             continue
         for position in range(4):
             for a, name in enumerate(_ADJUSTMENTS):
                 if t.ranges[name] is None:
                     continue
                 rows = [i for i, d in enumerate(draws) if d["order"][position] == a]
-                if not rows:
-                    continue
-                f = _per_sample([draws[i][name] for i in rows], x)
-                if len(rows) == x.shape[0]:
-                    x = _APPLY[name](x, f)
-                else:
-                    idx = torch.tensor(rows).to(x.device, non_blocking=True)
-                    x.index_copy_(0, idx, _APPLY[name](x.index_select(0, idx), f))
+                f = _per_sample([draws[i][name] for i in rows], x) if rows else None
+                x = apply_to_rows(x, rows, lambda part: _APPLY[name](part, f))
     return x
 
 
 def is_photometric(t) -> bool:
     """Whether t works on the warped batch's colours (a policy does, besides its geometric part)."""
     return isinstance(t, (ColorJitter, RandomGrayscale)) or hasattr(t, "apply_colour")
-
 
 
 class RandomPhotometricDistort:
@@ -185,14 +187,10 @@ class RandomPhotometricDistort:
         for name, before in steps:
             rows = [i for i, d in enumerate(draws)
                     if d[name] is not None and (before is None or d["contrast_before"] == before)]
-            if rows:
-                idx = torch.tensor(rows).to(x.device, non_blocking=True)
-                f = _per_sample([draws[i][name] for i in rows], x)
-                x.index_copy_(0, idx, _APPLY[name](x.index_select(0, idx), f))
+            f = _per_sample([draws[i][name] for i in rows], x) if rows else None
+            x = apply_to_rows(x, rows, lambda part: _APPLY[name](part, f))
         rows = [i for i, d in enumerate(draws) if d["channels"] is not None]
         if rows:
-            idx = torch.tensor(rows).to(x.device, non_blocking=True)
-            order = torch.tensor([draws[i]["channels"] for i in rows]).to(x.device, non_blocking=True)
-            part = x.index_select(0, idx)
-            x.index_copy_(0, idx, part.gather(1, order.view(-1, 3, 1, 1).expand_as(part)))
+            order = torch.tensor([draws[i]["channels"] for i in rows]).to(x.device, non_blocking=True).view(-1, 3, 1, 1)
+            x = apply_to_rows(x, rows, lambda part: part.gather(1, order.expand_as(part)))
         return x

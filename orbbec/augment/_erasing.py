@@ -9,6 +9,7 @@ from typing import List, Sequence
 import torch
 
 from ..common import ArgumentError
+from ._color import apply_to_rows
 
 
 class RandomErasing:
@@ -49,11 +50,9 @@ class RandomErasing:
         if len(self.value) not in (1, x.shape[1]):
             raise ArgumentError(f"RandomErasing: value has {len(self.value)} numbers for {x.shape[1]} channels")
         box = torch.tensor([r for _, r in rows], dtype=torch.int64).to(x.device, non_blocking=True)
-        idx = torch.tensor([i for i, _ in rows]).to(x.device, non_blocking=True)
         ys = torch.arange(x.shape[2], device=x.device).view(1, -1, 1)
         xs = torch.arange(x.shape[3], device=x.device).view(1, 1, -1)
         top, left, h, w = (box[:, k].view(-1, 1, 1) for k in range(4))
         inside = (ys >= top) & (ys < top + h) & (xs >= left) & (xs < left + w)
         value = torch.tensor(self.value, dtype=x.dtype).to(x.device, non_blocking=True).view(1, -1, 1, 1)
-        part = torch.where(inside.unsqueeze(1), value, x.index_select(0, idx))
-        return x.index_copy_(0, idx, part)
+        return apply_to_rows(x, [i for i, _ in rows], lambda part: torch.where(inside.unsqueeze(1), value, part))

@@ -31,6 +31,16 @@ def scale_region(x0: float, y0: float, w: float, h: float, out: Size) -> np.ndar
     return np.array([[sx, 0, (0.5 - x0) * sx - 0.5], [0, sy, (0.5 - y0) * sy - 0.5], [0, 0, 1]])
 
 
+def _constant_border(name, fill, padding_mode="constant") -> None:
+    """torchvision's fill and padding_mode, taken only where they agree with the one warp's border."""
+    if padding_mode != "constant":
+        raise ArgumentError(f"{name}: padding_mode {padding_mode!r} is not supported: what lies outside the "
+                            "image takes the warp's constant border")
+    if fill not in (0, None):
+        raise ArgumentError(f"{name}: fill={fill!r} is not taken here: what lies outside the image takes the "
+                            "warp's border, GPULoader(border_value=...) or Compose.apply(border_value=...)")
+
+
 class Resize:
     """torchvision's Resize: an int resizes the smaller edge to it, keeping the aspect ratio; (h, w) is
     exact. Bilinear without antialiasing (cv2.INTER_LINEAR's sampling), where torchvision's tensor
@@ -177,9 +187,7 @@ class RandomRotation:
         if expand:
             raise ArgumentError("RandomRotation: expand=True is not supported (follow with Resize or a crop "
                                 "to choose the output size)")
-        if fill not in (0, None):
-            raise ArgumentError(f"RandomRotation: fill={fill!r} is not taken here: the corners take the warp's "
-                                "border, GPULoader(border_value=...) or Compose.apply(border_value=...)")
+        _constant_border("RandomRotation", fill)
         self.degrees, self.center = _range(degrees, "degrees"), center
 
     def __call__(self, rng, size: Size):

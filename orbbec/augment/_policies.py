@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..common import ArgumentError
-from ._color import adjust_brightness, adjust_contrast, adjust_saturation
+from ._color import adjust_brightness, adjust_contrast, adjust_saturation, apply_to_rows
 from ._geometry import Size, affine_matrix
 
 GEOMETRIC_OPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
@@ -100,9 +100,8 @@ class _Policy:
                 if name in COLOUR_OPS:
                     by_name.setdefault(name, []).append((i, magnitude))
             for name, rows in by_name.items():
-                idx = torch.tensor([i for i, _ in rows]).to(x.device, non_blocking=True)
                 mags = torch.tensor([v for _, v in rows], dtype=x.dtype).to(x.device, non_blocking=True)
-                x.index_copy_(0, idx, COLOUR_OPS[name](x.index_select(0, idx), mags.view(-1, 1, 1, 1)))
+                x = apply_to_rows(x, [i for i, _ in rows], lambda part: COLOUR_OPS[name](part, mags.view(-1, 1, 1, 1)))
         return x
 
 
