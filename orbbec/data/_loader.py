@@ -89,7 +89,8 @@ class GPULoader:
     """Iterates like torch's DataLoader over a Dataset whose items are an image (JPEG bytes, a path,
     or a decoded uint8 HWC array; PNG and other formats are decoded by OpenCV in the workers), a
     tuple (image, target, ...) or a dict with an "image" key and targets ("boxes" xyxy [N, 4] with
-    per-box "labels", "keypoints" [K, 2|3], "landmarks" [5, 2], any other key collated as it is). Yields the items' structure with the image replaced by the
+    per-box "labels" and "masks" [N, H, W], "keypoints" [K, 2|3], "landmarks" [5, 2], a "mask" [H, W]
+    of labels; any other key collated as it is). Yields the items' structure with the image replaced by the
     augmented batch (a float32 NCHW tensor with `transform`, else a list of uint8 HWC tensors).
 
     batch_size, shuffle, sampler, drop_last, num_workers: DataLoader's meaning. Without a sampler the
