@@ -150,6 +150,7 @@ class RandomIoUCrop:
 
     def _crop(self, rng, size: Size, boxes: np.ndarray):
         h, w = size
+        cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
         for _ in range(self.max_options):
             min_iou = self.options[int(rng.integers(0, len(self.options)))]
             if min_iou >= 1.0 or len(boxes) == 0:
@@ -157,13 +158,10 @@ class RandomIoUCrop:
             for _ in range(self.trials):
                 new_w = int(w * (self.min_scale + (self.max_scale - self.min_scale) * rng.uniform()))
                 new_h = int(h * (self.min_scale + (self.max_scale - self.min_scale) * rng.uniform()))
-                if new_h == 0 or not self.min_aspect_ratio <= new_w / new_h <= self.max_aspect_ratio:
+                if new_w == 0 or new_h == 0 or not self.min_aspect_ratio <= new_w / new_h <= self.max_aspect_ratio:
                     continue
                 left, top = int((w - new_w) * rng.uniform()), int((h - new_h) * rng.uniform())
                 right, bottom = left + new_w, top + new_h
-                if left == right or top == bottom:
-                    continue
-                cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2
                 inside = (left < cx) & (cx < right) & (top < cy) & (cy < bottom)
                 if not inside.any():
                     continue

@@ -8,6 +8,7 @@ value the warp would have rounded to), so they match a recipe that augments uint
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import List, Tuple
 
@@ -21,28 +22,20 @@ from ._geometry import Size, affine_matrix
 GEOMETRIC_OPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 
 
-def _posterize_bits(num_bins: int, steps: int) -> np.ndarray:
-    return np.round(8 - np.arange(num_bins) / ((num_bins - 1) / steps)).astype(int)
-
-
-def _trivial_space(num_bins: int, h: int, w: int) -> dict:
-    """TrivialAugmentWide's ops: name -> (magnitudes by bin or None, signed)."""
+@functools.lru_cache(maxsize=64)
+def _op_space(ranges: tuple, num_bins: int, h: int, w: int) -> dict:
+    """A policy's ops: name -> (magnitudes by bin or None, signed), from its ranges (shear, translation
+    as a share of the size or in pixels, rotation, colour factor, posterize steps). Cached: a worker
+    asks for it for every sample."""
+    shear, translate, relative, rotate, colour, steps = ranges
     lin = lambda hi, lo=0.0: np.linspace(lo, hi, num_bins, dtype=np.float32)  # torch.linspace's float32 values
-    return {"Identity": (None, False), "ShearX": (lin(0.99), True), "ShearY": (lin(0.99), True),
-            "TranslateX": (lin(32.0), True), "TranslateY": (lin(32.0), True), "Rotate": (lin(135.0), True),
-            "Brightness": (lin(0.99), True), "Color": (lin(0.99), True), "Contrast": (lin(0.99), True),
-            "Sharpness": (lin(0.99), True), "Posterize": (_posterize_bits(num_bins, 6), False),
-            "Solarize": (lin(0.0, 1.0), False), "AutoContrast": (None, False), "Equalize": (None, False)}
-
-
-def _rand_space(num_bins: int, h: int, w: int) -> dict:
-    """RandAugment's ops, as TrivialAugmentWide's with other ranges (translation relative to the size)."""
-    lin = lambda hi, lo=0.0: np.linspace(lo, hi, num_bins, dtype=np.float32)
-    return {"Identity": (None, False), "ShearX": (lin(0.3), True), "ShearY": (lin(0.3), True),
-            "TranslateX": (lin(150.0 / 331.0 * w), True), "TranslateY": (lin(150.0 / 331.0 * h), True),
-            "Rotate": (lin(30.0), True), "Brightness": (lin(0.9), True), "Color": (lin(0.9), True),
-            "Contrast": (lin(0.9), True), "Sharpness": (lin(0.9), True), "Posterize": (_posterize_bits(num_bins, 4), False),
-            "Solarize": (lin(0.0, 1.0), False), "AutoContrast": (None, False), "Equalize": (None, False)}
+    tx, ty = (translate * w, translate * h) if relative else (translate, translate)
+    posterize = np.round(8 - np.arange(num_bins) / ((num_bins - 1) / steps)).astype(int)
+    return {"Identity": (None, False), "ShearX": (lin(shear), True), "ShearY": (lin(shear), True),
+            "TranslateX": (lin(tx), True), "TranslateY": (lin(ty), True), "Rotate": (lin(rotate), True),
+            "Brightness": (lin(colour), True), "Color": (lin(colour), True), "Contrast": (lin(colour), True),
+            "Sharpness": (lin(colour), True), "Posterize": (posterize, False), "Solarize": (lin(0.0, 1.0), False),
+            "AutoContrast": (None, False), "Equalize": (None, False)}
 
 
 def op_matrix(name: str, magnitude: float, size: Size) -> np.ndarray:
@@ -64,7 +57,7 @@ def op_matrix(name: str, magnitude: float, size: Size) -> np.ndarray:
 class _Policy:
     """Draws `num_ops` ops per sample; `__call__` gives their geometric part as a matrix and every op in
     the sample's params ("ops": [(name, magnitude), ...]); `apply_colour` runs the colour part."""
-    num_ops, fixed_bin, space = 1, None, None
+    num_ops, fixed_bin, ranges = 1, None, None
 
     def __init__(self, num_magnitude_bins: int = 31):
         if num_magnitude_bins < 2:
@@ -73,7 +66,7 @@ class _Policy:
 
     def __call__(self, rng, size: Size):
         h, w = size
-        space = self.space(self.num_bins, h, w)
+        space = _op_space(self.ranges, self.num_bins, h, w)
         names = list(space)
         m, ops = np.eye(3), []
         for _ in range(self.num_ops):
@@ -108,12 +101,12 @@ class _Policy:
 class TrivialAugmentWide(_Policy):
     """torchvision's TrivialAugmentWide: one op per sample, a uniform magnitude bin, signed ops
     negated with probability 1/2. Bilinear (the one warp) where torchvision's default is nearest."""
-    space = staticmethod(_trivial_space)
+    ranges = (0.99, 32.0, False, 135.0, 0.99, 6)  # shear, translate (pixels), rotate, colour, posterize steps
 
 
 class RandAugment(_Policy):
     """torchvision's RandAugment: `num_ops` ops per sample at magnitude bin `magnitude`."""
-    space = staticmethod(_rand_space)
+    ranges = (0.3, 150.0 / 331.0, True, 30.0, 0.9, 4)  # the translation a share of the size
 
     def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31):
         super().__init__(num_magnitude_bins)
@@ -150,10 +143,10 @@ def _solarize(x: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
 
 
 def _autocontrast(x: torch.Tensor, _) -> torch.Tensor:
+    # Each channel stretched to [0, 1]; a flat channel is kept (offset 0, scale 1), as torchvision does.
     lo, hi = x.amin(dim=(-2, -1), keepdim=True), x.amax(dim=(-2, -1), keepdim=True)
     flat = hi == lo
-    scale = torch.where(flat, torch.ones_like(hi), 1.0 / torch.where(flat, torch.ones_like(hi), hi - lo))
-    return ((x - torch.where(flat, torch.zeros_like(lo), lo)) * scale).clamp_(0, 1)
+    return ((x - lo.masked_fill(flat, 0.0)) * (1.0 / (hi - lo).masked_fill(flat, 1.0))).clamp_(0, 1)
 
 
 def _equalize(x: torch.Tensor, _) -> torch.Tensor:

@@ -85,45 +85,42 @@ def image_source(image, mode: str):
 
 
 def _shape_of(value):
+    """(shape, '') of an array of numbers, or (None, why not). Arrays give their shape without a
+    copy: masks are large, and this runs for every sample in the workers."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), ""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return value.shape, ""
     try:
         return tuple(np.asarray(value, dtype=np.float64).shape), ""
     except (TypeError, ValueError, RuntimeError) as e:
         return None, f"not an array of numbers ({e})"
 
 
+# (keys, whether a shape fits given the sample's box count or None, what is expected), boxes first:
+# the others are checked against their count.
+_TARGET_SHAPES = [
+    (BOX_KEYS, lambda s, n: s in ((0,), (4,)) or (len(s) == 2 and s[1] == 4), "be [N, 4] (x1, y1, x2, y2)"),
+    (PER_BOX_KEYS, lambda s, n: n is None or s == (n,), "hold one value per box"),
+    (INSTANCE_MASK_KEYS, lambda s, n: len(s) == 3 and (n is None or s[0] == n), "be [N, H, W], one mask per box"),
+    (MASK_KEYS, lambda s, n: len(s) == 2, "be [H, W], a label per pixel"),
+    (POINT_KEYS, lambda s, n: len(s) >= 2 and s[-1] in (2, 3), "be [K, 2] (x, y) or [K, 3] (x, y, visible)"),
+    (LANDMARK_KEYS, lambda s, n: s == (5, 2), "be [5, 2] (eyes, nose, mouth corners)"),
+]
+
+
 def target_problem(target: dict) -> str:
     """'' or why a sample's targets cannot follow its image: a mistake in the dataset's code, raised
     naming the sample whatever on_error says (on_error is for files that cannot be read)."""
     n_boxes = None
-    for k in BOX_KEYS:
-        if k in target:
+    for keys, fits, expected in _TARGET_SHAPES:
+        for k in keys:
+            if k not in target:
+                continue
             shape, why = _shape_of(target[k])
-            if why or not (shape in ((0,), (4,)) or (len(shape) == 2 and shape[1] == 4)):
-                return f"{k!r} must be [N, 4] (x1, y1, x2, y2), got " + (why or f"shape {shape}")
-            n_boxes = 1 if shape == (4,) else shape[0]
-    for k in PER_BOX_KEYS:
-        if k in target and n_boxes is not None:
-            shape, why = _shape_of(target[k])
-            if why or len(shape) != 1 or shape[0] != n_boxes:
-                return f"{k!r} must hold one value per box ({n_boxes}), got " + (why or f"shape {shape}")
-    for k in INSTANCE_MASK_KEYS:
-        if k in target:
-            shape, why = _shape_of(target[k])
-            if why or len(shape) != 3 or (n_boxes is not None and shape[0] != n_boxes):
-                return f"{k!r} must be [N, H, W], one mask per box, got " + (why or f"shape {shape}")
-    for k in MASK_KEYS:
-        if k in target:
-            shape, why = _shape_of(target[k])
-            if why or len(shape) != 2:
-                return f"{k!r} must be [H, W], a label per pixel, got " + (why or f"shape {shape}")
-    for k in POINT_KEYS:
-        if k in target:
-            shape, why = _shape_of(target[k])
-            if why or len(shape) < 2 or shape[-1] not in (2, 3):
-                return f"{k!r} must be [K, 2] (x, y) or [K, 3] (x, y, visible), got " + (why or f"shape {shape}")
-    for k in LANDMARK_KEYS:
-        if k in target:
-            shape, why = _shape_of(target[k])
-            if why or shape != (5, 2):
-                return f"{k!r} must be [5, 2] (eyes, nose, mouth corners), got " + (why or f"shape {shape}")
+            if why or not fits(shape, n_boxes):
+                count = f" ({n_boxes})" if keys is PER_BOX_KEYS else ""
+                return f"{k!r} must {expected}{count}, got " + (why or f"shape {shape}")
+            if keys is BOX_KEYS:
+                n_boxes = 1 if shape == (4,) else shape[0]
     return ""
