@@ -95,7 +95,7 @@ def main():
         opt.load_state_dict(ck["opt"])
         loader.load_state_dict(ck["loader"][rank])
         step = ck["step"]
-        print(f"rank {rank}: resumed at step {step}, loader {ck['loader'][rank]}", flush=True)
+        print(f"rank {rank}: resumed at step {step}, loader {ck['loader'][rank]}\n", end="", flush=True)
 
     def batches():
         if args.data == "synthetic":  # the ceiling: one batch already on the GPU, reused
@@ -139,8 +139,9 @@ def main():
     if device.type == "cuda":
         torch.cuda.synchronize()
     rate = timed / (time.perf_counter() - t0)
+    # One write per line: the ranks share one stdout, and separate writes interleave.
     print(f"rank {rank}/{world} {device}: {args.arch} {args.data} batch {args.batch_size}: {rate:.0f} images/s "
-          f"({args.steps} steps, loss {loss.item():.3f}); first labels {first_labels}", flush=True)
+          f"({args.steps} steps, loss {loss.item():.3f}); first labels {first_labels}\n", end="", flush=True)
     if distributed:
         # DDP's reducer goes before its process group: left to interpreter exit, gloo's pending work
         # objects were destroyed during finalisation and aborted the process now and then.

@@ -431,11 +431,13 @@ def test_torchvision_image_folder_with_read_file_as_its_loader(device, tmp_path)
     got, want = list(make(folder)), list(make(decoded))
     assert torch.equal(torch.cat([b[1] for b in got]), torch.cat([b[1] for b in want]))
     assert sorted(torch.cat([b[1] for b in got]).tolist()) == sorted(folder.targets) == [0, 0, 0, 0, 1, 1, 1]
+    level = 1 / (255 * min(A.IMAGENET_STD))  # one level of 255 after Normalize
     for (x, _), (y, _) in zip(got, want):
-        if device == "cpu":  # the GPU decoder's pixels differ from OpenCV's by a level here and there
+        if device == "cpu":
             assert torch.equal(x, y)
-        else:
-            assert (x - y).abs().max() < 0.2
+        else:  # nvJPEG's pixels differ from OpenCV's by a few levels (more at sharp colour edges)
+            diff = (x - y).abs().double().cpu().numpy()
+            assert diff.mean() < 1.5 * level and np.percentile(diff, 99) < 8 * level, diff.mean() / level
 
 
 @pytest.mark.parametrize("device", DEVICES)
