@@ -1,7 +1,7 @@
 """Host time of one loader worker's batch (orbbec.data's prepare: read the items, draw the parameters,
 move the targets, collate), per workload of tools/benchmark_pipeline.py, without a GPU.
 
-    python tools/dev/worker_batch_time.py --workload det [--profile]"""
+    python tools/dev/worker_batch_time.py --workload det [--partial-decode] [--profile]"""
 import argparse
 import cProfile
 import os
@@ -20,13 +20,14 @@ def main():
     ap.add_argument("--workload", default="det")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--partial-decode", action="store_true", help="cut each JPEG's rows as the GPU loader does")
     a = ap.parse_args()
     items, batch = build_data(a.workload)
     tf = orbbec_transform(a.workload)
 
     def one(k):
         prepare(items, [(i + batch * k) % len(items) for i in range(batch)], transform=tf, seed=0, epoch=1,
-                box_min_visible=0.0, flip_pairs=None, ragged="padded")
+                box_min_visible=0.0, flip_pairs=None, ragged="padded", partial_decode=a.partial_decode)
 
     for k in range(3):
         one(k)
