@@ -38,14 +38,6 @@ class JpegDataset(torch.utils.data.Dataset):
         return {"image": data, "boxes": boxes, "labels": np.arange(len(boxes)) + 10, "label": i}
 
 
-@pytest.fixture
-def cut_small_images(monkeypatch):
-    """The test photographs are small: partial decoding cuts them too (by default only images of
-    CUT_MIN_PIXELS or more are cut)."""
-    from orbbec.data import _rows
-    monkeypatch.setattr(_rows, "CUT_MIN_PIXELS", 0)
-
-
 def _transform(colour=True):
     ts = [A.RandomResizedCrop(48, scale=(0.3, 1.0)), A.RandomHorizontalFlip()]
     if colour:
@@ -160,7 +152,6 @@ def test_the_next_epoch_read_ahead_is_the_one_asked_for(device):
 
 @pytest.mark.skipif(not HAS_CUDA, reason="the warp in the GPU decoder's thread needs CUDA")
 @pytest.mark.parametrize("colour", [False, True])
-@pytest.mark.usefixtures("cut_small_images")
 def test_the_warp_in_the_decoders_thread_is_compose_apply(colour, monkeypatch):
     """The loader warps each batch in the GPU decoder's thread (the decoded images never reach
     Python); its batches are bit for bit Compose.apply's on decode_jpeg's images (of every row) with
@@ -190,20 +181,6 @@ def test_the_warp_in_the_decoders_thread_is_compose_apply(colour, monkeypatch):
         assert torch.equal(b["image"], want)
     assert sum(used) >= 2  # (and the next epoch's, read ahead)
     assert sum(cut) >= len(cut) // 4, (sum(cut), len(cut))
-
-
-def test_only_images_of_cut_min_pixels_or_more_are_cut():
-    """rows_to_decode cuts a frame below the lowest row the warp reads, plus its margin, rounded up
-    to whole MCU rows; small images (under CUT_MIN_PIXELS) and frames that cannot be cut stay whole."""
-    from orbbec.data._rows import CUT_MIN_PIXELS, ROWS_PAST_THE_WARP, rows_to_decode
-    from orbbec.io._buffers import JpegFrame
-
-    top_half = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]] * 4)  # output 100 rows: source rows 0-99
-    big = JpegFrame(1000, 1000, 2, 16, True)
-    small = JpegFrame(250, 250, 2, 16, True)
-    assert small.height * small.width < CUT_MIN_PIXELS <= big.height * big.width
-    rows = rows_to_decode(top_half, (100, 1000), [big, small, JpegFrame(1000, 1000, 2, 16, False), None])
-    assert rows[0] == -(-(99 + ROWS_PAST_THE_WARP + 1) // 16) * 16 and rows[1:] == [None, None, None]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -659,7 +636,6 @@ def test_arguments_are_checked():
             GPULoader(not_map_style, 2)
 
 
-@pytest.mark.usefixtures("cut_small_images")
 def test_packed_bytes_round_trip():
     """Workers of the GPU path hand the encoded bytes over as one tensor: nothing lost or shifted."""
     from orbbec.data._samples import prepare
@@ -692,7 +668,6 @@ PARTIAL_TRANSFORMS = {
 
 
 @pytest.mark.parametrize("name", sorted(PARTIAL_TRANSFORMS))
-@pytest.mark.usefixtures("cut_small_images")
 def test_partial_decode_warps_to_the_whole_images_pixels(name):
     """Each JPEG cut short to the rows its warp reads (the loader's partial_decode), decoded by
     libjpeg-turbo and warped by cv2 with every interpolation and border, gives the warp of the whole
@@ -735,7 +710,6 @@ class _Done:
         return True
 
 
-@pytest.mark.usefixtures("cut_small_images")
 def test_worker_batches_arrive_intact_through_reused_slots():
     """With workers, the bytes travel in shared-memory slots that are reused once released, and the
     small tensors by value: every batch, many more than there are slots, arrives intact (bytes,

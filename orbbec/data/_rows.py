@@ -25,15 +25,9 @@ from ..io._buffers import JpegFrame
 # the chroma row below (the decoder's last row of 4:2:0 differs when it is the image's last).
 ROWS_PAST_THE_WARP = 4 + 2
 
-# Smaller images are decoded whole. Cutting them was slower on the GPU machine (H200 host, the
-# loader's pipeline in alternated processes): 250 x 250 face crops 46-48k img/s cut against 50-53k
-# whole, while 500 x 375 gained 33-35k against 30-33k and 1920 x 1080 gained 10%.
-CUT_MIN_PIXELS = 100_000
-
 
 def rows_to_decode(matrices: np.ndarray, out_size, frames: Sequence[Optional[JpegFrame]]) -> List[Optional[int]]:
-    """For each sample, the height to write into its JPEG's frame header, or None to decode it whole
-    (also for images under CUT_MIN_PIXELS).
+    """For each sample, the height to write into its JPEG's frame header, or None to decode it whole.
     matrices: [B, 2, 3] forward (input pixel -> output pixel); out_size: the output (height, width)."""
     m = np.asarray(matrices, dtype=np.float64).reshape(-1, 2, 3)
     a, b, tx = m[:, 0, 0], m[:, 0, 1], m[:, 0, 2]
@@ -49,8 +43,7 @@ def rows_to_decode(matrices: np.ndarray, out_size, frames: Sequence[Optional[Jpe
     lowest = ys.max(axis=1)
     out: List[Optional[int]] = []
     for k, frame in enumerate(frames):
-        if frame is None or not frame.rows_cuttable or frame.height * frame.width < CUT_MIN_PIXELS \
-                or not math.isfinite(lowest[k]):
+        if frame is None or not frame.rows_cuttable or not math.isfinite(lowest[k]):
             out.append(None)
             continue
         need = max(0, math.floor(lowest[k])) + ROWS_PAST_THE_WARP + 1
