@@ -6,7 +6,7 @@ import time
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from benchmark_pipeline import run_child  # noqa: E402
+from benchmark_pipeline import median_run, run_child, write_markdown  # noqa: E402
 
 _PRELUDE = ("import faulthandler, os, signal, subprocess, sys, time\n"
             "faulthandler.register(signal.SIGUSR1, all_threads=True)\n")
@@ -54,3 +54,21 @@ def test_benchmark_child_that_does_not_end_leaves_evidence(tmp_path, monkeypatch
     evidence = open(stall).read()
     assert "STAT" in evidence and "WCHAN" in evidence  # ps's thread table
     assert "waits_forever" in evidence and "waits_forever" in err  # faulthandler's Python stack
+
+
+def test_benchmark_rounds_report_the_median_run_and_the_range(tmp_path):
+    """With --rounds, a pipeline's row is its median run (every figure from that one process), the
+    table shows the range, ratios use the medians, and a failed round neither counts nor hides the
+    others."""
+    runs = [{"rate": r, "cores": c, "gpu_mb": 100.0} for r, c in ((300.0, 3.0), (100.0, 1.0), (200.0, 2.0))]
+    row = median_run(runs + [{"error": "timed out"}])
+    assert (row["rate"], row["cores"]) == (200.0, 2.0) and row["rates"] == [300.0, 100.0, 200.0, None]
+    assert median_run([{"error": "boom"}]) == {"error": "boom"}
+    assert median_run(runs[:1]) == runs[0]  # one round: no range
+    results = {"env": "GPU", "seconds": 1.0, "warmup_s": 1.0, "rounds": 3, "workloads": {"face": {
+        "orbbec": row, "orbbec decode only": median_run([{"rate": r, "cores": 1.0, "gpu_mb": 1.0} for r in (400, 250)]),
+        "DALI, hw_decoder_load 1.0": {"rate": 100.0, "cores": 1.0, "gpu_mb": 1.0}}}}
+    write_markdown(results, str(tmp_path / "t.md"))
+    text = (tmp_path / "t.md").read_text()
+    assert "median of 3 alternated rounds" in text
+    assert "| face | orbbec | 200 (100-300) | 2.00 | 80% |" in text  # against decoding alone's median, 250

@@ -414,6 +414,9 @@ def main():
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
     ap.add_argument("--workers", type=int, default=9, help="orbbec's DataLoader workers (reading bytes)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per pipeline before it counts as timed out")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure every pipeline this many times, in alternated rounds; rows give the median run "
+                         "and the range (a process's rate varies more than the pipelines differ on small images)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--plot", default=None, help="bar chart of images/s per workload (PNG)")
@@ -448,38 +451,56 @@ def main():
     data_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_data.pkl")
     with open(data_path, "wb") as f:
         pickle.dump({w: build_data(w) for w in workloads}, f)
-    results = {"env": env, "seconds": args.seconds, "warmup_s": args.warmup, "workloads": {}}
+    results = {"env": env, "seconds": args.seconds, "warmup_s": args.warmup, "rounds": args.rounds, "workloads": {}}
     for w in workloads:
-        rows = {}
-        for name in args.pipelines.split(","):
-            variants = [("DALI, hw_decoder_load 0.65", 0.65), ("DALI, hw_decoder_load 1.0", 1.0)] \
-                if name == "DALI" else [(name, None)]
-            for label, load in variants:
-                cmd = [sys.executable, os.path.abspath(__file__), "--run", name, "--workload", w, "--data", data_path,
-                       "--seconds", str(args.seconds), "--warmup", str(args.warmup), "--workers", str(args.workers)]
-                if load is not None:
-                    cmd += ["--hw-load", str(load)]
-                out, err, stall = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{w}-{label}")
-                line = [x for x in out.splitlines() if x.startswith("RESULT ")]
-                if line:  # measured; a child that then did not end is recorded beside its figures
-                    rows[label] = json.loads(line[-1][7:])
-                    if stall:
-                        rows[label]["exit"] = f"did not end after its result (evidence in {stall})"
-                        print(f"  WARNING: the child did not end after its result; evidence in {stall}", flush=True)
-                else:
-                    rows[label] = {"error": f"timed out (evidence in {stall})" if stall else
-                                   (err.strip().splitlines() or ["no output"])[-1][:300]}
-                for x in err.splitlines():
-                    if x.startswith("loader timing"):
-                        print(f"  {x}", flush=True)
-                r = rows[label]
-                print(f"{w:12s} {label:30s} " + (f"{r['rate']:9.0f} img/s  {r['cores']:5.1f} cores  "
-                                                 f"{r['gpu_mb']:7.0f} MB" if "rate" in r else r["error"]), flush=True)
-        results["workloads"][w] = rows
+        runs = {}  # label: its measurements, one per round (the rounds alternate the pipelines)
+        for _ in range(args.rounds):
+            for name in args.pipelines.split(","):
+                variants = [("DALI, hw_decoder_load 0.65", 0.65), ("DALI, hw_decoder_load 1.0", 1.0)] \
+                    if name == "DALI" else [(name, None)]
+                for label, load in variants:
+                    r = measure_child(args, name, w, data_path, label, load)
+                    runs.setdefault(label, []).append(r)
+                    print(f"{w:12s} {label:30s} " + (f"{r['rate']:9.0f} img/s  {r['cores']:5.1f} cores  "
+                                                     f"{r['gpu_mb']:7.0f} MB" if "rate" in r else r["error"]), flush=True)
+        results["workloads"][w] = {label: median_run(rs) for label, rs in runs.items()}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     write_outputs(results, args)
+
+
+def measure_child(args, name, workload, data_path, label, hw_load):
+    """One pipeline measured in its own process: its RESULT figures, or {"error": why not}."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--run", name, "--workload", workload, "--data", data_path,
+           "--seconds", str(args.seconds), "--warmup", str(args.warmup), "--workers", str(args.workers)]
+    if hw_load is not None:
+        cmd += ["--hw-load", str(hw_load)]
+    out, err, stall = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{workload}-{label}")
+    for x in err.splitlines():
+        if x.startswith("loader timing"):
+            print(f"  {x}", flush=True)
+    line = [x for x in out.splitlines() if x.startswith("RESULT ")]
+    if not line:
+        return {"error": f"timed out (evidence in {stall})" if stall else
+                (err.strip().splitlines() or ["no output"])[-1][:300]}
+    result = json.loads(line[-1][7:])  # measured; a child that then did not end is recorded beside its figures
+    if stall:
+        result["exit"] = f"did not end after its result (evidence in {stall})"
+        print(f"  WARNING: the child did not end after its result; evidence in {stall}", flush=True)
+    return result
+
+
+def median_run(runs):
+    """A pipeline's row over its rounds: the run of the median rate (the lower middle one of an even
+    count), with every round's rate in "rates"; a run that failed is reported when none measured."""
+    measured = sorted((r for r in runs if "rate" in r), key=lambda r: r["rate"])
+    if not measured:
+        return runs[-1]
+    row = dict(measured[(len(measured) - 1) // 2])
+    if len(runs) > 1:
+        row["rates"] = [r.get("rate") for r in runs]
+    return row
 
 
 def run_child(cmd, timeout, name):
@@ -558,13 +579,17 @@ def write_markdown(r, path):
             if k in LOADER_ROWS:
                 of_decode = f"{v['rate'] / rate('orbbec decode only'):.0%}" if rate("orbbec decode only") else ""
                 of_cpu = f"{v['rate'] / rate('CPU DataLoader'):.1f}" if rate("CPU DataLoader") else ""
-            lines.append(f"| {w} | {k} | {v['rate']:,.0f} | {ratio} | {of_decode} | {of_cpu} "
+            spread = [x for x in v.get("rates", []) if x is not None]
+            shown = f"{v['rate']:,.0f}" + (f" ({min(spread):,.0f}-{max(spread):,.0f})" if len(spread) > 1 else "")
+            lines.append(f"| {w} | {k} | {shown} | {ratio} | {of_decode} | {of_cpu} "
                          f"| {v['cores']:.1f} | {v['gpu_mb']:,.0f} |")
     shares = [f"{w} {rows['orbbec']['rows_decoded']:.0%}" for w, rows in r["workloads"].items()
               if "rows_decoded" in rows.get("orbbec", {})]
     with open(path, "w") as f:
         warmup = f"a {r['warmup_s']} s warm-up" if "warmup_s" in r else "a warm-up of 4 batches"
-        f.write(f"{r['env']}; {r['seconds']} s per pipeline after {warmup}.\n\n" + "\n".join(lines) + "\n")
+        rounds = (f"; the median of {r['rounds']} alternated rounds, each pipeline in its own process, "
+                  "with their range" if r.get("rounds", 1) > 1 else "")
+        f.write(f"{r['env']}; {r['seconds']} s per pipeline after {warmup}{rounds}.\n\n" + "\n".join(lines) + "\n")
         if shares:
             f.write("\nThe orbbec row decodes each JPEG down to the last row its warp reads (partial_decode); "
                     "share of the rows decoded: " + ", ".join(shares) + ". \"orbbec (every row)\" and "
