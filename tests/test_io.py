@@ -190,6 +190,37 @@ def test_cpu_large_image():
     assert img.shape == (8000, 8000, 3) and torch.equal(img, torch.from_numpy(cv2_decode(jpeg)))
 
 
+# Rows of one MCU row by chroma sampling (the largest vertical factor, times 8).
+MCU_HEIGHT = {"sampling-444": 8, "sampling-422": 8, "sampling-420": 16, "sampling-440": 16, "sampling-411": 8,
+              "gray": 8, "progressive": 16, "restart": 16, "optimized": 16, "odd-size": 16}
+
+
+def test_frame_header_is_read_from_every_kind_of_file_and_no_damage_breaks_it():
+    """jpeg_frame (read natively) gives each file's size as OpenCV decodes it, the frame header's
+    offset, its MCU height by sampling, and rows cuttable only for one-scan sequential files; every
+    prefix of a header and every corrupted header byte gives None or a frame inside the buffer."""
+    from orbbec.io._buffers import jpeg_frame
+
+    rng = np.random.default_rng(5)
+    for name, jpeg in variants((200, 280)).items():
+        f = jpeg_frame(jpeg)
+        assert (f.height, f.width) == cv2_decode(jpeg).shape[:2], name
+        assert jpeg[f.offset] == 0xFF and jpeg[f.offset + 1] in (0xC0, 0xC1, 0xC2), name
+        assert f.mcu_height == MCU_HEIGHT[name] and f.rows_cuttable == (name != "progressive"), name
+        assert jpeg_frame(np.frombuffer(jpeg, np.uint8)) == f and jpeg_frame(bytearray(jpeg)) == f
+        scan = jpeg.index(b"\xff\xda")
+        for n in range(scan + 6):  # cut anywhere in the header: no frame, or one the prefix holds
+            g = jpeg_frame(jpeg[:n])
+            assert g is None or (g[:4] == f[:4] and g.offset + 10 <= n), (name, n)
+        for _ in range(300):
+            bad = bytearray(jpeg)
+            bad[rng.integers(2, scan + 6)] = rng.integers(0, 256)
+            g = jpeg_frame(bytes(bad))
+            assert g is None or (g.offset + 10 <= len(bad) and g.mcu_height in (8, 16, 24, 32, 40, 48, 56, 64, 72,
+                                                                                 80, 88, 96, 104, 112, 120))
+    assert jpeg_frame(b"") is None and jpeg_frame(b"\xff\xd8\xff\xd9") is None
+
+
 def _cut_short(jpeg: bytes, rows: int) -> np.ndarray:
     from orbbec.io._buffers import jpeg_frame, with_height
     cut = np.frombuffer(jpeg, np.uint8).copy()

@@ -6,6 +6,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
+from .._library import _C
 from ..common import ArgumentError, ArgumentTypeError
 
 
@@ -54,15 +55,10 @@ def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
     return image
 
 
-# Start-of-frame markers (baseline, extended, progressive, lossless, arithmetic): they carry the size.
-_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
-
-
-def jpeg_segments(buf, with_scan: bool = False):
+def jpeg_segments(buf):
     """The header segments of a JPEG, before its first scan: (marker, view of the buffer, offset of
-    the segment's FF byte, its length field). Stops at the scan (yielded last when with_scan), the
-    end of the image, or anything that is not a marker. Reads the markers only: cheap enough for
-    DataLoader workers."""
+    the segment's FF byte, its length field). Stops at the scan, the end of the image, or anything
+    that is not a marker. (The frame header, read for every image, is read natively: jpeg_frame.)"""
     b = memoryview(buf).cast("B") if not isinstance(buf, np.ndarray) else memoryview(buf)
     n = len(b)
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
@@ -77,8 +73,6 @@ def jpeg_segments(buf, with_scan: bool = False):
             pos += 2
             continue
         length = (b[pos + 2] << 8) | b[pos + 3]
-        if marker == 0xDA and with_scan and length >= 2:
-            yield marker, b, pos, length
         if marker in (0xD9, 0xDA) or length < 2:
             return
         yield marker, b, pos, length
@@ -96,25 +90,11 @@ class JpegFrame(NamedTuple):
 
 
 def jpeg_frame(buf) -> Optional[JpegFrame]:
-    """The frame header of a JPEG, or None when the buffer has none (not a JPEG, or cut before it)."""
-    frame, components = None, 0
-    for marker, b, pos, length in jpeg_segments(buf, with_scan=True):
-        if marker in _SOF and frame is None:
-            if pos + 10 > len(b):
-                return None
-            h, w, components = (b[pos + 5] << 8) | b[pos + 6], (b[pos + 7] << 8) | b[pos + 8], b[pos + 9]
-            if h <= 0 or w <= 0 or pos + 10 + 3 * components > len(b):
-                return None
-            vmax = max((b[pos + 11 + 3 * k] & 0x0F for k in range(components)), default=1)
-            mcu_height = 8 * max(1, vmax) if components > 1 else 8
-            frame = JpegFrame(h, w, pos, mcu_height, rows_cuttable=False)
-            huffman_sequential = marker in (0xC0, 0xC1)
-        elif marker == 0xDA and frame is not None:
-            # Huffman-coded sequential with every component in the first scan: the whole image is one
-            # scan, coded MCU row after MCU row from the top. (Without a scan the rows stay uncut.)
-            one_scan = pos + 4 < len(b) and b[pos + 4] == components
-            return frame._replace(rows_cuttable=huffman_sequential and one_scan)
-    return frame
+    """The frame header of a JPEG (bytes or a 1-D uint8 array), or None when the buffer has none
+    complete (not a JPEG, or cut before it). Read natively (jpeg_buffer.cpp): the loader's workers
+    read one per image, and a Python walk through the markers took a quarter of a face worker's batch."""
+    header = _C.jpeg_frame_header(buf)
+    return None if header is None else JpegFrame(*header)
 
 
 def jpeg_size(buf):

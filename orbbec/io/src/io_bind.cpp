@@ -55,6 +55,13 @@ std::string problem(const py::handle& obj) {
   return jpeg_buffer_problem(b.data, b.size);
 }
 
+py::object frame_header(const py::handle& obj) {
+  Bytes b = bytes_of(obj, 0);
+  const JpegHeader h = read_jpeg_header(b.data, b.size);
+  if (!h.has_frame) return py::none();
+  return py::make_tuple(h.height, h.width, h.offset, h.mcu_height, h.rows_cuttable);
+}
+
 #ifdef WITH_NVJPEG
 // The encoded inputs of one call: views of the Python buffers, which `keep` holds alive. The views
 // are shared with the call thread; the buffers are not (their references may be dropped only with
@@ -348,6 +355,8 @@ py::dict stats(int device) {
 
 void bind(py::module& m) {
   m.def("jpeg_buffer_problem", &problem, "Why a buffer cannot be a complete JPEG ('' if it may be)");
+  m.def("jpeg_frame_header", &frame_header,
+        "(height, width, offset, mcu_height, rows_cuttable) of a JPEG's frame header, or None");
 #ifdef WITH_NVJPEG
   m.attr("with_nvjpeg") = true;
   m.def("decode_jpeg_cuda", &decode_cuda, py::arg("data"), py::arg("mode"), py::arg("device"), py::arg("rois"),

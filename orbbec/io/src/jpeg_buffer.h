@@ -15,5 +15,23 @@ namespace io {
 // is found (or not) by the decoder itself, as with libjpeg.
 std::string jpeg_buffer_problem(const uint8_t* data, size_t size);
 
+// What a JPEG's header segments say, read up to its first scan (markers only: cheap enough for
+// every image in the DataLoader workers).
+struct JpegHeader {
+  // The size the first frame header claims (0 x 0 when there is none) and whether that frame is
+  // Huffman-coded (SOF0-SOF7; SOF9 and up are arithmetic-coded).
+  uint64_t claimed_width = 0, claimed_height = 0;
+  bool huffman = false;
+  // A complete frame header (its components readable, a size above 0): the fields below are set.
+  bool has_frame = false;
+  uint32_t height = 0, width = 0;
+  size_t offset = 0;       // of the frame header's FF byte
+  uint32_t mcu_height = 8;  // rows of one row of MCUs
+  // Huffman-coded sequential, every component in the first scan: the image is coded MCU row after
+  // MCU row from the top, so a smaller height in the frame header stops a decoder after those rows.
+  bool rows_cuttable = false;
+};
+JpegHeader read_jpeg_header(const uint8_t* data, size_t size);
+
 }  // namespace io
 }  // namespace orbbec
