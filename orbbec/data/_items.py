@@ -8,9 +8,8 @@ import numpy as np
 import torch
 
 from ..io import read_file
-from ..io._buffers import jpeg_frame
+from ..io._buffers import inspect_jpeg
 from ..io._cpu import decode_other_format
-from .._library import _C
 
 # Dict keys that move with the image (everything else is collated as it is).
 BOX_KEYS = ("boxes",)
@@ -68,16 +67,15 @@ def image_source(image, mode: str):
     if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
         return _bad(f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}")
     buf = np.frombuffer(image, np.uint8) if not isinstance(image, np.ndarray) else image
-    frame = jpeg_frame(image)
+    # The decoders' own checks (cut short, a size the file cannot hold), made before the loader
+    # rewrites the header's height for a partial decode.
+    problem, frame = inspect_jpeg(buf)
     if frame is not None:
-        # The decoders' own checks (cut short, a size the file cannot hold), made before the loader
-        # rewrites the header's height for a partial decode.
-        problem = _C.jpeg_buffer_problem(buf)
         return _bad(problem) if problem else (image, None, (frame.height, frame.width), "", frame)
     if buf.size == 0:
         return _bad("empty (0 bytes)")
     if buf[:2].tobytes() == b"\xff\xd8":  # a broken JPEG keeps its JPEG error
-        return _bad(_C.jpeg_buffer_problem(buf) or "no JPEG frame header (SOF) found")
+        return _bad(problem or "no JPEG frame header (SOF) found")
     decoded, problem = decode_other_format(buf, mode)
     if decoded is None:
         return _bad(problem)

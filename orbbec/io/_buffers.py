@@ -97,6 +97,13 @@ def jpeg_frame(buf) -> Optional[JpegFrame]:
     return None if header is None else JpegFrame(*header)
 
 
+def inspect_jpeg(buf):
+    """(why the buffer cannot be a complete JPEG or '', its frame header or None), from one reading of
+    the header: what the loader's workers check of every encoded image."""
+    problem, header = _C.jpeg_inspect(buf)
+    return problem, (None if header is None else JpegFrame(*header))
+
+
 def jpeg_size(buf):
     """(height, width) of the stored pixels from a JPEG's frame header, or None when the buffer has
     none (not a JPEG, or cut before it). DataLoader workers draw each sample's augmentation from it

@@ -55,11 +55,21 @@ std::string problem(const py::handle& obj) {
   return jpeg_buffer_problem(b.data, b.size);
 }
 
-py::object frame_header(const py::handle& obj) {
-  Bytes b = bytes_of(obj, 0);
-  const JpegHeader h = read_jpeg_header(b.data, b.size);
+py::object frame_tuple(const JpegHeader& h) {
   if (!h.has_frame) return py::none();
   return py::make_tuple(h.height, h.width, h.offset, h.mcu_height, h.rows_cuttable);
+}
+
+py::object frame_header(const py::handle& obj) {
+  Bytes b = bytes_of(obj, 0);
+  return frame_tuple(read_jpeg_header(b.data, b.size));
+}
+
+// jpeg_buffer_problem and jpeg_frame_header from one reading of the header.
+py::tuple inspect(const py::handle& obj) {
+  Bytes b = bytes_of(obj, 0);
+  const JpegHeader h = read_jpeg_header(b.data, b.size);
+  return py::make_tuple(jpeg_buffer_problem(b.data, b.size, h), frame_tuple(h));
 }
 
 #ifdef WITH_NVJPEG
@@ -357,6 +367,7 @@ void bind(py::module& m) {
   m.def("jpeg_buffer_problem", &problem, "Why a buffer cannot be a complete JPEG ('' if it may be)");
   m.def("jpeg_frame_header", &frame_header,
         "(height, width, offset, mcu_height, rows_cuttable) of a JPEG's frame header, or None");
+  m.def("jpeg_inspect", &inspect, "(jpeg_buffer_problem, jpeg_frame_header) of a buffer");
 #ifdef WITH_NVJPEG
   m.attr("with_nvjpeg") = true;
   m.def("decode_jpeg_cuda", &decode_cuda, py::arg("data"), py::arg("mode"), py::arg("device"), py::arg("rois"),

@@ -23,6 +23,10 @@ bool is_start_of_frame(uint8_t m) { return m >= 0xC0 && m <= 0xCF && m != 0xC4 &
 }  // namespace
 
 std::string jpeg_buffer_problem(const uint8_t* data, size_t size) {
+  return jpeg_buffer_problem(data, size, read_jpeg_header(data, size));
+}
+
+std::string jpeg_buffer_problem(const uint8_t* data, size_t size, const JpegHeader& f) {
   if (size == 0 || data == nullptr) return "empty buffer";
   if (size < 4 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF) {
     const char* fmt = other_format(data, size);
@@ -37,7 +41,6 @@ std::string jpeg_buffer_problem(const uint8_t* data, size_t size) {
   // Every 8 x 8 block of a Huffman-coded image takes at least one bit (its DC code), so a header
   // that claims more blocks than the file has bits is damaged or forged; decoding it would allocate
   // the claimed size (up to 65535 x 65535 x 3 bytes) and lose the batch to an out-of-memory error.
-  const JpegHeader f = read_jpeg_header(data, size);
   if (f.huffman && f.claimed_width * f.claimed_height > uint64_t(size) * 8 * 64) {
     return "frame header claims " + std::to_string(f.claimed_width) + " x " + std::to_string(f.claimed_height) +
            " pixels, more than a file of " + std::to_string(size) + " bytes can hold";

@@ -33,5 +33,8 @@ struct JpegHeader {
 };
 JpegHeader read_jpeg_header(const uint8_t* data, size_t size);
 
+// jpeg_buffer_problem with the buffer's header already read (the loader's workers need both).
+std::string jpeg_buffer_problem(const uint8_t* data, size_t size, const JpegHeader& header);
+
 }  // namespace io
 }  // namespace orbbec
