@@ -37,11 +37,11 @@ int hardware_lanes(const PathLists& paths, int max_lanes) {
 // timing: the two paths' pixels differ slightly, and the same batch must always decode to the same
 // bits. Images under a megapixel stay on the engine: with them a share was slower on the H100 (the
 // engine's submission and the hybrid threads then compete for the host's cores).
-void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, bool overlapped, PathLists& paths) {
+void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, bool overlapped, PathLists& paths,
+                        int64_t min_pixels) {
   // Model rates fitted to the H100's engine alone and its hybrid threads alone, on 1080p and 500 x 375.
   auto engine_s = [](int64_t px) { return 19e-6 + static_cast<double>(px) / 14e9; };
   auto thread_s = [](int64_t px) { return 0.37e-3 + static_cast<double>(px) / 0.38e9; };
-  constexpr int64_t kLargeImage = 1'000'000;
   auto& hardware = paths.hardware;
   // One thread less than the pool's hybrid share: the caller's thread and the engine's submission
   // need cores too (a full round of 13 on 16 cores was slower than 12 on the H100).
@@ -59,7 +59,7 @@ void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads,
   size_t kept = hardware.size();
   for (size_t k = hardware.size(); k-- > 0 && room > 0 && kept > 1;) {
     const int64_t px = plans[hardware[k]].pixels;
-    if (px < kLargeImage) continue;
+    if (px < min_pixels) continue;
     const double next_engine = engine - engine_s(px), next_hybrid = with(hybrid, px);
     if (std::max(next_engine, next_hybrid) >= std::max(engine, hybrid)) break;
     engine = next_engine;

@@ -180,6 +180,8 @@ class Decoder {
     // ORBBEC_NVJPEG_OVERLAP_SHARE=0: batches begun while the previous one finishes take the same
     // share as single calls (one round of the hybrid threads), for comparison.
     if (const char* o = std::getenv("ORBBEC_NVJPEG_OVERLAP_SHARE")) overlap_share_ = std::atoi(o) != 0;
+    // ORBBEC_NVJPEG_SHARE_MIN_PIXELS: the smallest image (output pixels) the share may move.
+    if (const char* m = std::getenv("ORBBEC_NVJPEG_SHARE_MIN_PIXELS")) share_min_pixels_ = std::atoll(m);
     // ORBBEC_NVJPEG_ENGINE_TURNS=0: a batch's engine submissions need not wait for the previous
     // batch's (for comparison; see SubmitLatch).
     if (const char* t = std::getenv("ORBBEC_NVJPEG_ENGINE_TURNS")) engine_turns_ = std::atoi(t) != 0;
@@ -285,6 +287,7 @@ class Decoder {
   bool split_ = false;
   bool share_ = true;
   bool overlap_share_ = true;
+  int64_t share_min_pixels_ = kShareMinPixels;
   bool engine_turns_ = true;
   std::shared_ptr<SubmitLatch> last_submitted_;  // the latest batch's, for the next batch to wait on
   std::unique_ptr<EngineClock> engine_clock_;  // with the hardware engine only
@@ -555,7 +558,7 @@ std::shared_ptr<Batch> Decoder::begin(const std::vector<EncodedImage>& images, J
   } else if (only_path == -1 && split_) {
     split_by_rates(plans, hybrid_threads, hardware_rate_, hybrid_rate_per_thread_, paths);
   } else if (only_path == -1 && share_) {
-    share_large_images(plans, hybrid_threads, overlapped && overlap_share_, paths);
+    share_large_images(plans, hybrid_threads, overlapped && overlap_share_, paths, share_min_pixels_);
   }
   const std::vector<size_t>& hardware = paths.hardware;
   lanes = hardware.empty() ? 0 : std::min<int>(lanes, hardware.size());
