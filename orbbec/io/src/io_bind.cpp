@@ -57,7 +57,7 @@ std::string problem(const py::handle& obj) {
 
 py::object frame_tuple(const JpegHeader& h) {
   if (!h.has_frame) return py::none();
-  return py::make_tuple(h.height, h.width, h.offset, h.mcu_height, h.rows_cuttable);
+  return py::make_tuple(h.claimed_height, h.claimed_width, h.offset, h.mcu_height, h.rows_cuttable);
 }
 
 py::object frame_header(const py::handle& obj) {

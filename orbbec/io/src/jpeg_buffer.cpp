@@ -84,8 +84,6 @@ JpegHeader read_jpeg_header(const uint8_t* d, size_t n) {
       uint32_t vmax = 1;
       for (uint32_t k = 0; k < components; ++k) vmax = std::max<uint32_t>(vmax, d[pos + 11 + 3 * k] & 0x0F);
       h.has_frame = true;
-      h.height = uint32_t(h.claimed_height);
-      h.width = uint32_t(h.claimed_width);
       h.offset = pos;
       h.mcu_height = components > 1 ? 8 * vmax : 8;
       sequential = m == 0xC0 || m == 0xC1;

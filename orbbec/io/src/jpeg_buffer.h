@@ -22,9 +22,9 @@ struct JpegHeader {
   // Huffman-coded (SOF0-SOF7; SOF9 and up are arithmetic-coded).
   uint64_t claimed_width = 0, claimed_height = 0;
   bool huffman = false;
-  // A complete frame header (its components readable, a size above 0): the fields below are set.
+  // A complete frame header (its components readable, a size above 0): the claimed size is the
+  // frame's, and the fields below are set.
   bool has_frame = false;
-  uint32_t height = 0, width = 0;
   size_t offset = 0;       // of the frame header's FF byte
   uint32_t mcu_height = 8;  // rows of one row of MCUs
   // Huffman-coded sequential, every component in the first scan: the image is coded MCU row after
