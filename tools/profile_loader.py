@@ -5,8 +5,12 @@
    one process, and the images/s that N DataLoader workers could reach at best.
 2. Steps: the same training step (a torchvision model, AMP, SGD) fed three ways: by synthetic data
    already on the GPU (the ceiling), by a torch DataLoader doing stage 1 in workers, and by
-   orbbec.data.GPULoader; images/s and GPU idle time per step (wall time of a step minus the GPU time
-   of its forward and backward, measured with CUDA events).
+   orbbec.data.GPULoader; images/s, and from CUDA events on the training stream the GPU time of a
+   step and the gap between one step's end and the next one's start (the time the GPU waits for the
+   next batch or for the host's launches). The loop syncs the host once at the end, as a training
+   loop that logs every N steps does; SGD is torch's fused one, with which GradScaler does not sync
+   the host either. `--optimizer sgd --sync-each-step` gives the loop that syncs the host every step
+   (GradScaler's check for infinities with the unfused optimizer, plus a wait for each step's end).
 
     python tools/profile_loader.py [--data-dir IMAGEFOLDER] [--model resnet50] [--batch-size 256] [--workers 8]
 
@@ -105,14 +109,16 @@ def stages(items, transform, batch, workers):
           "normalise and the copy to the GPU, leaving read (and parameter drawing) to the workers.")
 
 
-def training_step(model_name, dev):
+def training_step(model_name, dev, fused=False):
     """One training step of a torchvision model (AMP float16 with GradScaler, channels_last, SGD) as
-    a function of the batch (x, y); the model and optimiser live in it."""
+    a function of the batch (x, y); the model and optimiser live in it. With the unfused SGD,
+    GradScaler.step syncs the host (it reads the check for infinities); the fused one takes the check
+    on the GPU."""
     import torch
     import torchvision
 
     model = getattr(torchvision.models, model_name)().to(dev, memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=fused)
     scaler = torch.amp.GradScaler()
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -143,7 +149,7 @@ def steps(args, items, transform):
 
     dev = torch.device("cuda")
     ld = None
-    train = training_step(args.model, dev)
+    train = training_step(args.model, dev, fused=args.optimizer == "sgd-fused")
 
     def synthetic():
         return synthetic_batches(args.batch_size, dev)
@@ -164,35 +170,51 @@ def steps(args, items, transform):
             for x, y in ld:
                 yield x, y.to(dev, non_blocking=True)
 
-    print(f"\nTraining steps: {args.model}, batch {args.batch_size}, AMP, channels_last")
+    sync = "the host synced every step" if args.sync_each_step else "one host sync at the end"
+    print(f"\nTraining steps: {args.model}, batch {args.batch_size}, AMP, channels_last, {args.optimizer}, {sync}")
     modes = {"synthetic": ("synthetic data on the GPU", synthetic),
              "dataloader": (f"DataLoader, {args.workers} workers", dataloader),
              "orbbec": (f"orbbec GPULoader, {args.orbbec_workers} workers", orbbec)}
-    for name, source in (modes[m] for m in args.modes.split(",")):
-        if source is orbbec:
-            decoder_alone(items, args.batch_size)
-        it = source()
-        idle, n, t0, host0 = [], 0, None, None
-        for k in range(args.warmup + args.steps):
-            if k == args.warmup:
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                host0 = _decoder_host_seconds() if source is orbbec else None
-            s = time.perf_counter()
-            x, y = next(it)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            train(x, y)
-            end.record()
-            end.synchronize()  # profiling only: a real loop would not wait here
-            if k >= args.warmup:
-                idle.append((time.perf_counter() - s) * 1e3 - start.elapsed_time(end))
-                n += x.shape[0]
-        rate = n / (time.perf_counter() - t0)
-        print(f"  {name:34s} {rate:8,.0f} images/s   GPU idle {np.mean(idle):6.1f} ms per step", flush=True)
+    feeds = {}  # a mode named twice (--modes synthetic,orbbec,synthetic,orbbec) goes on with its feed
+    for name in args.modes.split(","):
+        label, source = modes[name]
+        if name not in feeds:
+            if source is orbbec:
+                decoder_alone(items, args.batch_size)
+            feeds[name] = source()
+        host0 = _decoder_host_seconds() if source is orbbec else None
+        rate, step_ms, gap_ms = timed_steps(feeds[name], train, args.warmup, args.steps, args.sync_each_step)
+        print(f"  {label:34s} {rate:8,.0f} images/s   GPU per step {step_ms:6.1f} ms, "
+              f"gap between steps {gap_ms:5.2f} ms", flush=True)
         if source is orbbec and ld is not None:
             print(f"    orbbec loader, seconds per batch: {ld.timing()}", flush=True)
             _print_decoder_phases("beside the training step", host0, _decoder_host_seconds())
+
+
+def timed_steps(feed, train, warmup, steps, sync_each_step):
+    """images/s over `steps` training steps after `warmup` ones; from events on the training stream,
+    the mean GPU time of a step and the mean gap from one step's end to the next one's start."""
+    import torch
+
+    for _ in range(warmup):
+        train(*next(feed))
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
+    n, t0 = 0, time.perf_counter()
+    for k in range(steps):
+        x, y = next(feed)  # the training stream waits here for the loader's batch: inside the gap
+        starts[k].record()
+        train(x, y)
+        ends[k].record()
+        n += x.shape[0]
+        if sync_each_step:
+            ends[k].synchronize()
+    torch.cuda.synchronize()
+    rate = n / (time.perf_counter() - t0)
+    step_ms = np.mean([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    gap_ms = np.mean([e.elapsed_time(s) for e, s in zip(ends[:-1], starts[1:])])
+    return rate, step_ms, gap_ms
 
 
 def _decoder_host_seconds():
@@ -240,10 +262,14 @@ def main():
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--orbbec-workers", type=int, default=4)
     ap.add_argument("--prefetch", type=int, default=3, help="orbbec's batches prepared ahead")
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--skip-stages", action="store_true")
-    ap.add_argument("--modes", default="synthetic,dataloader,orbbec", help="which feeds of the training step to time")
+    ap.add_argument("--modes", default="synthetic,dataloader,orbbec",
+                    help="which feeds of the training step to time, in order; a mode named again is timed again")
+    ap.add_argument("--optimizer", choices=("sgd-fused", "sgd"), default="sgd-fused",
+                    help="sgd: the unfused SGD, with which GradScaler syncs the host every step")
+    ap.add_argument("--sync-each-step", action="store_true", help="wait for each step's end on the host")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)")
     args = ap.parse_args()
     if args.switch_interval:

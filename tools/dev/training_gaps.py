@@ -20,7 +20,7 @@ workers = int(os.environ.get("PW", "6"))
 items = pl.items_of(None, 256)
 transform = A.Compose([A.RandomResizedCrop(224), A.RandomHorizontalFlip(), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
 dev = torch.device("cuda")
-train = pl.training_step("resnet50", dev)
+train = pl.training_step("resnet50", dev, fused=os.environ.get("FUSED") == "1")
 
 def synthetic():
     return pl.synthetic_batches(256, dev)
