@@ -6,7 +6,7 @@ import time
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from benchmark_pipeline import median_run, run_child, write_markdown  # noqa: E402
+from benchmark_pipeline import median_run, run_child, workers_for, write_markdown  # noqa: E402
 
 _PRELUDE = ("import faulthandler, os, signal, subprocess, sys, time\n"
             "faulthandler.register(signal.SIGUSR1, all_threads=True)\n")
@@ -72,3 +72,10 @@ def test_benchmark_rounds_report_the_median_run_and_the_range(tmp_path):
     text = (tmp_path / "t.md").read_text()
     assert "median of 3 alternated rounds" in text
     assert "| face | orbbec | 200 (100-300) | 2.00 | 80% |" in text  # against decoding alone's median, 250
+
+
+def test_benchmark_workers_per_workload():
+    assert workers_for("9", "face") == 9
+    assert workers_for("9,face=12", "face") == 12
+    assert workers_for("9,face=12", "det") == 9
+    assert workers_for("6,face=12,det=4", "det") == 4

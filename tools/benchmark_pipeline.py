@@ -397,7 +397,7 @@ def run_one(args):
     torch.cuda.init()
     free0 = torch.cuda.mem_get_info()[0]
     kwargs = {"hw_load": args.hw_load} if args.run == "DALI" else {}
-    rate, cores = RUNNERS[args.run](args.workload, items, batch, args.seconds, args.workers, **kwargs)
+    rate, cores = RUNNERS[args.run](args.workload, items, batch, args.seconds, int(args.workers), **kwargs)
     used = (free0 - torch.cuda.mem_get_info()[0]) / 2**20
     result = {"rate": rate, "cores": cores, "gpu_mb": used}
     if args.run == "orbbec":
@@ -412,7 +412,9 @@ def main():
     ap.add_argument("--warmup", type=float, default=WARMUP_S, help="seconds each pipeline runs before the clock starts")
     ap.add_argument("--workloads", default="cls-1080p,cls-500x375,face,det")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
-    ap.add_argument("--workers", type=int, default=9, help="orbbec's DataLoader workers (reading bytes)")
+    ap.add_argument("--workers", default="9",
+                    help="orbbec's DataLoader workers (reading bytes): N, or N plus per-workload counts "
+                         "(9,face=12), as a user sets num_workers per dataset")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per pipeline before it counts as timed out")
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure every pipeline this many times, in alternated rounds; rows give the median run "
@@ -451,7 +453,8 @@ def main():
     data_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_data.pkl")
     with open(data_path, "wb") as f:
         pickle.dump({w: build_data(w) for w in workloads}, f)
-    results = {"env": env, "seconds": args.seconds, "warmup_s": args.warmup, "rounds": args.rounds, "workloads": {}}
+    results = {"env": env, "seconds": args.seconds, "warmup_s": args.warmup, "rounds": args.rounds,
+               "workers": {w: workers_for(args.workers, w) for w in workloads}, "workloads": {}}
     for w in workloads:
         runs = {}  # label: its measurements, one per round (the rounds alternate the pipelines)
         for _ in range(args.rounds):
@@ -473,7 +476,8 @@ def main():
 def measure_child(args, name, workload, data_path, label, hw_load):
     """One pipeline measured in its own process: its RESULT figures, or {"error": why not}."""
     cmd = [sys.executable, os.path.abspath(__file__), "--run", name, "--workload", workload, "--data", data_path,
-           "--seconds", str(args.seconds), "--warmup", str(args.warmup), "--workers", str(args.workers)]
+           "--seconds", str(args.seconds), "--warmup", str(args.warmup),
+           "--workers", str(workers_for(args.workers, workload))]
     if hw_load is not None:
         cmd += ["--hw-load", str(hw_load)]
     out, err, stall = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{workload}-{label}")
@@ -489,6 +493,13 @@ def measure_child(args, name, workload, data_path, label, hw_load):
         result["exit"] = f"did not end after its result (evidence in {stall})"
         print(f"  WARNING: the child did not end after its result; evidence in {stall}", flush=True)
     return result
+
+
+def workers_for(spec: str, workload: str) -> int:
+    """The loader's workers for `workload` from --workers ("9" or "9,face=12")."""
+    default, *pairs = str(spec).split(",")
+    counts = dict(p.split("=") for p in pairs)
+    return int(counts.get(workload, default))
 
 
 def median_run(runs):
@@ -594,6 +605,8 @@ def write_markdown(r, path):
             f.write("\nThe orbbec row decodes each JPEG down to the last row its warp reads (partial_decode); "
                     "share of the rows decoded: " + ", ".join(shares) + ". \"orbbec (every row)\" and "
                     "\"orbbec decode only\" decode every row.\n")
+        if "workers" in r:
+            f.write("\norbbec's loader workers: " + ", ".join(f"{w} {n}" for w, n in r["workers"].items()) + ".\n")
 
 
 def write_plot(r, path):
