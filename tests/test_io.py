@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import HAS_CUDA, requires_cuda
+from conftest import HAS_CUDA, requires_cuda, subprocess_env
 from jpeg_files import broken, cv2_decode, encode, photo, variants, with_exif_orientation, with_frame_size
 
 import orbbec.io as oio
@@ -395,6 +395,63 @@ def test_gpu_share_setting(share):
         assert (int(hybrid), int(hardware)) == (0, 96)
     else:
         assert int(hybrid) > 0 and int(hybrid) + int(hardware) == 96
+
+
+def test_configure_decoder_checks_its_arguments_and_comes_before_the_decoder(monkeypatch):
+    monkeypatch.delenv("ORBBEC_NVJPEG_HARDWARE", raising=False)
+    monkeypatch.setattr(oio, "_decoder_created", False)
+    with pytest.raises(TypeError, match="hardware_engine"):
+        oio.configure_decoder(hardware_engine=0)
+    with pytest.raises(TypeError, match="threads"):
+        oio.configure_decoder(threads=2.0)
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        oio.configure_decoder(threads=0)
+    assert "ORBBEC_NVJPEG_HARDWARE" not in os.environ  # nothing set by a refused call
+    oio.configure_decoder(hardware_engine=False)
+    assert os.environ["ORBBEC_NVJPEG_HARDWARE"] == "0"
+    oio.configure_decoder()
+    assert os.environ["ORBBEC_NVJPEG_HARDWARE"] == "1"
+    monkeypatch.setattr(oio, "_decoder_created", True)  # as after a GPU decode
+    with pytest.raises(RuntimeError, match="call configure_decoder first"):
+        oio.configure_decoder(hardware_engine=False)
+
+
+_CONFIGURE_PROBE = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from jpeg_files import encode, photo
+import orbbec.io as oio
+oio.configure_decoder(hardware_engine=sys.argv[2] == "1", threads=2)
+files = [encode(photo(i, (375, 500))) for i in range(4)] * 8
+out = oio.decode_jpeg(files)
+torch.cuda.synchronize()
+s = oio.decoder_stats()
+try:
+    oio.configure_decoder(hardware_engine=True)
+    late = "accepted"
+except RuntimeError:
+    late = "refused"
+print(s["hybrid_images"], s["hardware_images"], s["hardware_available"], late)
+"""
+
+
+@requires_nvjpeg
+@pytest.mark.parametrize("engine", ["0", "1"])
+def test_gpu_configure_decoder_chooses_the_paths(engine):
+    # The decoder is made once per process: a fresh process each.
+    env = subprocess_env()
+    env.pop("ORBBEC_NVJPEG_HARDWARE", None)
+    run = subprocess.run([sys.executable, "-c", _CONFIGURE_PROBE, os.path.dirname(os.path.abspath(__file__)), engine],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    hybrid, hardware, available, late = run.stdout.split()[-4:]
+    assert late == "refused"
+    if engine == "0":
+        assert (int(hybrid), int(hardware)) == (32, 0)
+    elif available != "True":
+        pytest.skip("no hardware JPEG engine on this GPU: everything takes the hybrid path")
+    else:
+        assert int(hardware) > 0 and int(hybrid) + int(hardware) == 32
 
 
 @requires_nvjpeg

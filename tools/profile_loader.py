@@ -270,10 +270,17 @@ def main():
     ap.add_argument("--optimizer", choices=("sgd-fused", "sgd"), default="sgd-fused",
                     help="sgd: the unfused SGD, with which GradScaler syncs the host every step")
     ap.add_argument("--sync-each-step", action="store_true", help="wait for each step's end on the host")
+    ap.add_argument("--decoder", choices=("default", "training"), default="default",
+                    help="training: orbbec.io.configure_decoder(hardware_engine=False, threads=6), the setting "
+                         "docs/data.md gives for a loader beside a training step")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)")
     args = ap.parse_args()
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
+    if args.decoder == "training":
+        import orbbec.io
+
+        orbbec.io.configure_decoder(hardware_engine=False, threads=6)
 
     import orbbec.augment as A
 

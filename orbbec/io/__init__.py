@@ -24,7 +24,8 @@ from ._buffers import JpegDecodeError, as_buffer, orient
 from . import _cpu
 from ..common import ArgumentError, ArgumentTypeError
 
-__all__ = ["decode_jpeg", "start_decode", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads"]
+__all__ = ["decode_jpeg", "start_decode", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads",
+           "configure_decoder"]
 
 _MODES = {"RGB": 0, "BGR": 1, "GRAY": 2}
 
@@ -110,12 +111,18 @@ def _per_image(value, n, name, single, default):
     return [default if v is None else v for v in value]
 
 
+# Whether this process has called into the GPU decoder: its settings are read when it is created.
+_decoder_created = False
+
+
 def _nvjpeg_device_index(dev):
     """The CUDA device index the GPU decoder runs on for `dev`; refuses a build without nvJPEG."""
+    global _decoder_created
     if not getattr(_C, "with_nvjpeg", False):
         raise RuntimeError("decode_jpeg: orbbec was built without nvJPEG, so it cannot decode on the GPU; "
                            "rebuild with CUDA and nvJPEG (`pip install nvidia-nvjpeg`, see docs/building.md) "
                            "or use device='cpu'")
+    _decoder_created = True
     return dev.index if dev.index is not None else torch.cuda.current_device()
 
 
@@ -223,10 +230,38 @@ def start_batch_decode(data, warp=None, *, device="cuda", mode: str = "RGB") -> 
 
 def decoder_stats(device: Union[str, torch.device, int] = "cuda") -> dict:
     """Images decoded by each GPU path so far and the rates that divide the next batch."""
+    global _decoder_created
     dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
     if not getattr(_C, "with_nvjpeg", False):
         raise RuntimeError("decoder_stats: orbbec was built without nvJPEG")
+    _decoder_created = True  # (reading the stats creates the device's decoder)
     return dict(_C.jpeg_decoder_stats(dev.index if dev.index is not None else torch.cuda.current_device()))
+
+
+def configure_decoder(*, hardware_engine: bool = True, threads: Optional[int] = None) -> None:
+    """How this process's GPU decoder works; call it before the process's first GPU decode.
+
+    hardware_engine=False leaves the hardware JPEG engine alone: everything takes the hybrid path
+    (Huffman decoding on `threads` host threads, the rest on the GPU). Beside a training step that
+    needs far fewer images per second than the engine gives, `configure_decoder(hardware_engine=False,
+    threads=6)` keeps the step's own speed (docs/data.md, "Beside a training step"); the default is
+    tuned for throughput. The same as ORBBEC_NVJPEG_HARDWARE=0 and ORBBEC_DECODE_THREADS=6 in the
+    environment."""
+    if not isinstance(hardware_engine, bool):
+        raise ArgumentTypeError(f"configure_decoder: hardware_engine must be a bool, got {type(hardware_engine).__name__}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+        raise ArgumentTypeError(f"configure_decoder: threads must be an int or None, got {type(threads).__name__}")
+    if threads is not None and threads < 1:
+        raise ArgumentError(f"configure_decoder: threads must be at least 1, got {threads}")
+    if _decoder_created:
+        raise RuntimeError("configure_decoder: this process's GPU decoder already exists (a GPU decode or "
+                           "decoder_stats has run), and its settings are read when it is created; call "
+                           "configure_decoder first, or set ORBBEC_NVJPEG_HARDWARE / ORBBEC_DECODE_THREADS "
+                           "in the environment")
+    # The native decoder reads the variable when it is created (putenv reaches its getenv).
+    os.environ["ORBBEC_NVJPEG_HARDWARE"] = "1" if hardware_engine else "0"
+    if threads is not None:
+        set_decode_threads(threads)
 
 
 def set_decode_threads(threads: int) -> None:
