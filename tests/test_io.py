@@ -416,6 +416,12 @@ def test_configure_decoder_checks_its_arguments_and_comes_before_the_decoder(mon
         oio.configure_decoder(hardware_engine=False)
 
 
+@pytest.mark.skipif(oio._C.with_nvjpeg, reason="orbbec is built with nvJPEG here")
+def test_a_build_without_nvjpeg_says_so_for_the_decoder_stats():
+    with pytest.raises(RuntimeError, match="decoder_stats: orbbec was built without nvJPEG"):
+        oio.decoder_stats()
+
+
 _CONFIGURE_PROBE = """
 import sys, torch
 sys.path.insert(0, sys.argv[1])

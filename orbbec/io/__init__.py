@@ -115,11 +115,12 @@ def _per_image(value, n, name, single, default):
 _decoder_created = False
 
 
-def _nvjpeg_device_index(dev):
-    """The CUDA device index the GPU decoder runs on for `dev`; refuses a build without nvJPEG."""
+def _nvjpeg_device_index(dev, caller="decode_jpeg"):
+    """The CUDA device index the GPU decoder runs on for `dev` (whose decoder the caller is about to
+    create or use); refuses a build without nvJPEG."""
     global _decoder_created
     if not getattr(_C, "with_nvjpeg", False):
-        raise RuntimeError("decode_jpeg: orbbec was built without nvJPEG, so it cannot decode on the GPU; "
+        raise RuntimeError(f"{caller}: orbbec was built without nvJPEG, so it cannot decode on the GPU; "
                            "rebuild with CUDA and nvJPEG (`pip install nvidia-nvjpeg`, see docs/building.md) "
                            "or use device='cpu'")
     _decoder_created = True
@@ -230,12 +231,9 @@ def start_batch_decode(data, warp=None, *, device="cuda", mode: str = "RGB") -> 
 
 def decoder_stats(device: Union[str, torch.device, int] = "cuda") -> dict:
     """Images decoded by each GPU path so far and the rates that divide the next batch."""
-    global _decoder_created
     dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
-    if not getattr(_C, "with_nvjpeg", False):
-        raise RuntimeError("decoder_stats: orbbec was built without nvJPEG")
-    _decoder_created = True  # (reading the stats creates the device's decoder)
-    return dict(_C.jpeg_decoder_stats(dev.index if dev.index is not None else torch.cuda.current_device()))
+    index = _nvjpeg_device_index(dev, "decoder_stats")  # (reading the stats creates the decoder)
+    return dict(_C.jpeg_decoder_stats(index))
 
 
 def configure_decoder(*, hardware_engine: bool = True, threads: Optional[int] = None) -> None:
