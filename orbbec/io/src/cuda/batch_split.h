@@ -31,10 +31,11 @@ int hardware_lanes(const PathLists& paths, int max_lanes);
 // The default: large images leave the end of the engine's list, decided by the batch alone (see the
 // definition): up to one round of the hybrid threads, or, `overlapped` (the next batch's images
 // keep the threads busy while this one finishes), as many as balance the two paths' total times.
-// Images of fewer than `min_pixels` output pixels stay on the engine.
+// Images of fewer than `min_pixels` output pixels stay on the engine (the decoder's default:
+// kShareMinPixels).
 constexpr int64_t kShareMinPixels = 1'000'000;
 void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, bool overlapped, PathLists& paths,
-                        int64_t min_pixels = kShareMinPixels);
+                        int64_t min_pixels);
 
 // Opt-in (ORBBEC_NVJPEG_SPLIT=1): whole rounds of the hybrid threads move while the measured rates
 // (pixels per second) predict a shorter batch.
