@@ -236,18 +236,27 @@ class PendingDecode {
   py::tuple wait() {
     if (!result_.valid()) throw std::runtime_error("decode_jpeg_cuda_start: wait() was called already");
     Timed r;
+    std::exception_ptr failed;
     std::chrono::steady_clock::time_point ready;
     {
+      // Without the GIL: dropping the images frees their block, and a free records CUDA events. A
+      // thread that holds the GIL must not wait for the driver: under compute-sanitizer another
+      // thread's kernel launch takes the GIL from inside the driver (for its Python backtrace), and
+      // the two waited for each other (the loader's decoding and augmenting threads).
       py::gil_scoped_release release;
-      result_.wait();
+      try {
+        r = result_.get();
+        if (r.warped.defined()) {
+          // The images went into the warp only: None in their place (every one decoded).
+          for (auto& o : r.out) o.image = at::Tensor();
+        }
+      } catch (...) {
+        failed = std::current_exception();  // the decoder's exception, raised with the GIL held
+      }
       ready = std::chrono::steady_clock::now();
     }
     const double gil = std::chrono::duration<double>(std::chrono::steady_clock::now() - ready).count();
-    r = result_.get();  // rethrows the decoder's exception
-    if (r.warped.defined()) {
-      // The images went into the warp only: None in their place (every one decoded).
-      for (auto& o : r.out) o.image = at::Tensor();
-    }
+    if (failed) std::rethrow_exception(failed);
     py::tuple t = to_python(r.out, r.seconds);
     py::object warped = r.warped.defined() ? py::cast(r.warped) : py::none();
     return py::make_tuple(t[0], t[1], t[2], t[3], t[4], t[5], gil, warped);
