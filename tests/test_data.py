@@ -742,3 +742,30 @@ def test_worker_batches_arrive_intact_through_reused_slots():
     assert received == len(batches)
     assert fresh < len(batches) // 2, "released slots were not reused"
     assert (slots.flags == 0).all()
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="page-locking the slots needs CUDA")
+def test_slots_are_page_locked_in_place_and_unlocked_when_replaced_or_dropped():
+    """The GPU path's slots are page-locked once when they arrive (so the decoder's bitstream copies
+    are DMAs); a slot grown by its worker is unlocked before its successor is locked, and a table
+    that goes unlocks all of its slots once their last GPU work has finished."""
+    import gc
+
+    from orbbec.data._shared import SlotTable
+
+    slots = SlotTable(1, 2, pin=True)
+    a = torch.empty(1 << 16, dtype=torch.uint8).share_memory_()
+    assert not a.is_pinned()
+    assert slots.attach(0, 0, a) is a and a.is_pinned()
+    assert slots.attach(0, 0, None) is a  # a later batch in the same slot: nothing new to lock
+    b = torch.empty(1 << 17, dtype=torch.uint8).share_memory_()  # the slot grown
+    slots.attach(0, 0, b)
+    assert b.is_pinned() and not a.is_pinned()
+    c = torch.empty(1 << 16, dtype=torch.uint8).share_memory_()
+    slots.attach(0, 1, c)
+    event = torch.cuda.Event()
+    event.record()
+    slots.release_after(0, 0, event)
+    del slots
+    gc.collect()
+    assert not b.is_pinned() and not c.is_pinned()

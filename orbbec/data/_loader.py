@@ -4,6 +4,8 @@ and augment each batch on the GPU on a side stream, `prefetch` batches ahead of 
 state."""
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -154,7 +156,9 @@ class GPULoader:
         # epoch's decoding.
         slots = None
         if self.device.type == "cuda" and self.num_workers > 0:
-            slots = SlotTable(self.num_workers, self.prefetch + 4)
+            # ORBBEC_PIN_SLOTS=0 leaves the slots pageable (for comparison: docs/dev/decode.md).
+            pin = os.environ.get("ORBBEC_PIN_SLOTS", "1") != "0"
+            slots = SlotTable(self.num_workers, self.prefetch + 4, pin=pin)
         self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
                             border_value, slots, bool(partial_decode))
         # pin_memory and persistent_workers are taken for DataLoader's sake and change nothing: the

@@ -11,6 +11,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include <map>
 #include <memory>
@@ -228,9 +229,34 @@ class PendingDecode {
       : in_(std::move(in)), result_(std::move(result)) {}
 
   // The decoder reads the buffers until it is done with them: never let them go before. (The call
-  // thread never takes the GIL, so waiting here with it held cannot deadlock.)
+  // thread never takes the GIL, so waiting for it with the GIL held cannot deadlock.) A decode
+  // dropped untaken drops its images here: without the GIL where this thread holds it, as wait()
+  // does (freeing their block records CUDA events, and a thread holding the GIL must not wait for
+  // the driver); with it at interpreter exit, where a thread that let the GIL go is ended when it
+  // takes it back (the exit abort of docs/dev/decode.md).
   ~PendingDecode() {
-    if (result_.valid()) result_.wait();
+    if (!result_.valid()) return;
+    if (PyGILState_Check() && !interpreter_exiting()) {
+      py::gil_scoped_release release;
+      drop_result();
+    } else {
+      drop_result();
+    }
+  }
+
+  static bool interpreter_exiting() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+  }
+
+  void drop_result() noexcept {
+    try {
+      Timed r = result_.get();  // destroyed here, with the images
+    } catch (...) {  // the decoder's exception: nobody asked for this batch
+    }
   }
 
   py::tuple wait() {
@@ -368,6 +394,25 @@ py::dict stats(int device) {
   d["host_seconds"] = host;
   return d;
 }
+
+// A CPU tensor's memory page-locked in place (cudaHostRegister), so that the hardware decoder's copy
+// of bitstreams read from it is a DMA queued on its stream instead of a staging copy made by the
+// calling thread (which held the driver while the training thread's CUDA calls waited). False when
+// the driver refuses (e.g. a locked-memory limit): the buffer stays pageable and still works.
+bool pin_host_memory(const torch::Tensor& t) {
+  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous(), "pin_host_memory: a contiguous CPU tensor");
+  if (t.numel() == 0) return false;
+  if (cudaHostRegister(t.data_ptr(), t.nbytes(), cudaHostRegisterPortable) != cudaSuccess) {
+    cudaGetLastError();  // not sticky; cleared so that a later launch check does not report it
+    return false;
+  }
+  return true;
+}
+
+// The inverse; the caller makes sure no copy from the memory is still queued.
+void unpin_host_memory(const torch::Tensor& t) {
+  if (cudaHostUnregister(t.data_ptr()) != cudaSuccess) cudaGetLastError();
+}
 #endif
 
 }  // namespace
@@ -392,6 +437,8 @@ void bind(py::module& m) {
         "decode_jpeg_cuda_start of images packed in one buffer at offsets (n + 1 of them)");
   m.def("jpeg_decoder_stats", &stats, py::arg("device"));
   m.def("set_jpeg_decode_threads", &set_decode_threads, py::arg("threads"));
+  m.def("pin_host_memory", &pin_host_memory, py::arg("tensor"));
+  m.def("unpin_host_memory", &unpin_host_memory, py::arg("tensor"));
 #else
   m.attr("with_nvjpeg") = false;
 #endif

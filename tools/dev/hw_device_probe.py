@@ -1,0 +1,27 @@
+"""Writes a JPEG set of docs/workloads.md into the file format of hw_device_probe.cu (uint64 count,
+uint64 offsets[count + 1], the bytes), for measuring nvJPEG's hardware backends outside orbbec.
+
+    python tools/dev/hw_device_probe.py jpeg-250 /tmp/face.bin"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from workloads import jpeg_set  # noqa: E402
+
+
+def main():
+    name, path = sys.argv[1], sys.argv[2]
+    files = jpeg_set(name)
+    offsets = np.concatenate([[0], np.cumsum([len(f) for f in files])]).astype(np.uint64)
+    with open(path, "wb") as f:
+        f.write(np.uint64(len(files)).tobytes())
+        f.write(offsets.tobytes())
+        for b in files:
+            f.write(b)
+    print(f"{name}: {len(files)} JPEGs, {offsets[-1] / len(files) / 1e3:.1f} kB each on average -> {path}")
+
+
+if __name__ == "__main__":
+    main()
