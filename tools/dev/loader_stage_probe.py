@@ -121,6 +121,31 @@ def cut_items(workload, items):
     return out
 
 
+def run_decode_packed(items, batch, seconds, pinned):
+    """Decoding alone from each batch packed in one buffer, as the loader's workers pack it, page-locked
+    (as the loader's slots are) or pageable; driven one batch ahead (start_batch_decode)."""
+    import numpy as np
+    import torch
+    from orbbec.io import PackedImages, start_batch_decode
+
+    files = [it["image"] for it in items]
+    packed = []
+    for k in range(0, len(files) - batch + 1, batch):
+        chunk = files[k:k + batch]
+        offsets = np.concatenate([[0], np.cumsum([len(f) for f in chunk])]).tolist()
+        t = torch.from_numpy(np.frombuffer(b"".join(chunk), np.uint8).copy())
+        packed.append(PackedImages((t.pin_memory() if pinned else t).numpy(), offsets))
+    state = {"i": 0, "ahead": None}
+
+    def step():
+        started = start_batch_decode(packed[state["i"] % len(packed)])
+        state["i"] += 1
+        taken = 0 if state["ahead"] is None else len(state["ahead"].result()[0])
+        state["ahead"] = started
+        return taken
+    return measure(step, seconds)
+
+
 def host_ms_per_call(before):
     """The decoder's host time per call (ms) since the decoder_stats() reading `before`, by phase."""
     from orbbec.io import decoder_stats
@@ -184,6 +209,8 @@ def main():
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--windows", type=int, default=1, help="measure this many windows in turn in one process")
     ap.add_argument("--cut-rows", action="store_true", help="--mode decode: on the rows a draw's warp reads only")
+    ap.add_argument("--packed", choices=("pageable", "pinned"), default=None,
+                    help="--mode decode: each batch packed in one buffer as the loader's workers pack it")
     ap.add_argument("--worker-cores", type=int, default=0,
                     help="after the warm-up, the workers on this many cores and this process on the rest")
     a = ap.parse_args()
@@ -202,7 +229,10 @@ def main():
         from orbbec.io import decoder_stats
 
         s0 = decoder_stats()  # (creates the decoder)
-        r = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0]
+        if a.packed:
+            r = run_decode_packed(items, batch, a.seconds, a.packed == "pinned")[0]
+        else:
+            r = run_decode_only(a.workload, items, batch, a.seconds, a.workers)[0]
         t = f"decoder host ms per call (warm-up included) {host_ms_per_call(s0)}"
     else:
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
