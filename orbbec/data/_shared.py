@@ -12,8 +12,8 @@ thread needs. So:
   never waited on), through a small flag table the workers can see;
 - small tensors (matrices, labels, boxes) travel by value, as numpy arrays in the pickle;
 - the main process page-locks each slot in place once (cudaHostRegister), so the GPU decoder's copy
-  of the bitstreams is a DMA queued on its stream, not a staging copy made by the decoder's threads
-  (each 1080p batch's 25 MB staged by the host held the driver while the training thread waited).
+  of the bitstreams is a DMA queued on its stream, not a staging copy made by the decoder's threads,
+  whose host work per image bounds the engine on small images (docs/dev/decode.md).
 
 A worker that finds no free slot packs into a fresh tensor as before, so nothing can deadlock.
 """

@@ -2,6 +2,7 @@
 uint64 offsets[count + 1], the bytes), for measuring nvJPEG's hardware backends outside orbbec.
 
     python tools/dev/hw_device_probe.py jpeg-250 /tmp/face.bin"""
+import argparse
 import os
 import sys
 
@@ -12,7 +13,11 @@ from workloads import jpeg_set  # noqa: E402
 
 
 def main():
-    name, path = sys.argv[1], sys.argv[2]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("set", help="a JPEG set of tools/workloads.py (jpeg-250, jpeg-500x375, jpeg-1080p, ...)")
+    ap.add_argument("path", help="the file to write")
+    a = ap.parse_args()
+    name, path = a.set, a.path
     files = jpeg_set(name)
     offsets = np.concatenate([[0], np.cumsum([len(f) for f in files])]).astype(np.uint64)
     with open(path, "wb") as f:
