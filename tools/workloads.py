@@ -146,15 +146,19 @@ class DecodeOneAhead:
     """Drives orbbec.io.start_decode as orbbec.data's loader does (and as DALI's prefetch queue
     runs): each batch is started before the one before it is taken, so the decoder never waits for
     the caller's Python. Calling it with a batch returns the images of the batch taken then (0 on the
-    first call); drain() takes the last one."""
+    first call); drain() takes the last one. A batch is a list of encoded images, or an
+    orbbec.io.PackedImages (one buffer, as the loader's workers pack it)."""
 
     def __init__(self, device="cuda"):
         self.device, self.ahead = device, None
 
     def __call__(self, batch) -> int:
-        from orbbec.io import start_decode
+        from orbbec.io import PackedImages, start_batch_decode, start_decode
 
-        started = start_decode(batch, device=self.device)
+        if isinstance(batch, PackedImages):
+            started = start_batch_decode(batch, device=self.device)
+        else:
+            started = start_decode(batch, device=self.device)
         taken = self.drain()
         self.ahead = started
         return taken

@@ -123,26 +123,26 @@ def cut_items(workload, items):
 
 def run_decode_packed(items, batch, seconds, pinned):
     """Decoding alone from each batch packed in one buffer, as the loader's workers pack it, page-locked
-    (as the loader's slots are) or pageable; driven one batch ahead (start_batch_decode)."""
+    (as the loader's slots are) or pageable; driven one batch ahead, as run_decode_only drives it."""
     import numpy as np
     import torch
-    from orbbec.io import PackedImages, start_batch_decode
+    from orbbec.io import PackedImages
+    from workloads import DecodeOneAhead
 
     files = [it["image"] for it in items]
     packed = []
     for k in range(0, len(files) - batch + 1, batch):
         chunk = files[k:k + batch]
         offsets = np.concatenate([[0], np.cumsum([len(f) for f in chunk])]).tolist()
-        t = torch.from_numpy(np.frombuffer(b"".join(chunk), np.uint8).copy())
+        t = torch.frombuffer(bytearray(b"".join(chunk)), dtype=torch.uint8)
         packed.append(PackedImages((t.pin_memory() if pinned else t).numpy(), offsets))
-    state = {"i": 0, "ahead": None}
+    state = {"i": 0}
+    ahead = DecodeOneAhead()
 
     def step():
-        started = start_batch_decode(packed[state["i"] % len(packed)])
+        b = packed[state["i"] % len(packed)]
         state["i"] += 1
-        taken = 0 if state["ahead"] is None else len(state["ahead"].result()[0])
-        state["ahead"] = started
-        return taken
+        return ahead(b)
     return measure(step, seconds)
 
 
