@@ -397,7 +397,7 @@ py::dict stats(int device) {
 
 // A CPU tensor's memory page-locked in place (cudaHostRegister), so that the hardware decoder's copy
 // of bitstreams read from it is a DMA queued on its stream instead of a staging copy made by the
-// calling thread (which held the driver while the training thread's CUDA calls waited). False when
+// calling thread (host work per image that bounds the engine on small images). False when
 // the driver refuses (e.g. a locked-memory limit): the buffer stays pageable and still works.
 bool pin_host_memory(const torch::Tensor& t) {
   TORCH_CHECK(t.device().is_cpu() && t.is_contiguous(), "pin_host_memory: a contiguous CPU tensor");
