@@ -626,8 +626,6 @@ def test_arguments_are_checked():
         GPULoader(ds, 2, rank=2, world_size=2)
     with pytest.raises(ValueError, match="exclusive"):
         GPULoader(ds, 2, shuffle=True, sampler=range(4))
-    with pytest.raises(ValueError, match="worker_decode"):
-        GPULoader(ds, 2, worker_decode=1.5)
 
     class Stream(torch.utils.data.IterableDataset):
         def __iter__(self):
@@ -771,88 +769,3 @@ def test_slots_are_page_locked_in_place_and_unlocked_when_replaced_or_dropped():
     del slots
     gc.collect()
     assert not b.is_pinned() and not c.is_pinned()
-
-
-def test_the_workers_share_of_decoding_is_fixed_by_seed_and_index():
-    """worker_decode picks its samples by (seed, index) alone, in about the share asked for."""
-    from orbbec.data._samples import decoded_by_worker
-
-    picks = [decoded_by_worker(7, i, 0.3) for i in range(4000)]
-    assert 0.27 < sum(picks) / len(picks) < 0.33
-    assert picks == [decoded_by_worker(7, i, 0.3) for i in range(4000)]
-    assert picks != [decoded_by_worker(8, i, 0.3) for i in range(4000)]
-    assert not any(decoded_by_worker(7, i, 0.0) for i in range(500))
-    assert all(decoded_by_worker(7, i, 1.0) for i in range(500))
-    # a larger share keeps the smaller one's samples
-    assert all(decoded_by_worker(7, i, 0.6) for i in range(4000) if picks[i])
-
-
-def test_the_workers_decoded_images_travel_in_the_slots():
-    """With worker_decode, the workers decode their share with OpenCV (as decode_jpeg on the CPU
-    does) and hand the pixels over in the same shared slot as the other samples' bytes (cut short
-    where partial_decode cuts them): every batch arrives with both intact."""
-    pytest.importorskip("cv2")
-    from orbbec.data import _loader
-    from orbbec.data._samples import prepare
-    from orbbec.data._shared import SlotTable
-    from orbbec.io import decode_jpeg
-
-    ds = JpegDataset(24)
-    slots = SlotTable(2, 3)
-    cfg = _loader._Config(ds, _transform(), torch.device("cuda"), "RGB", "raise", "padded", 0.0, None, 0, slots,
-                          worker_decode=0.5)
-    keys = _loader.Keys()
-    batches = [[(5 * k + j) % 24 for j in range(6)] for k in range(10)]
-    keys.source = [(0, 7, b) for b in batches]
-    reader = torch.utils.data.DataLoader(_loader._Batches(cfg), batch_size=None, sampler=keys, num_workers=2,
-                                         collate_fn=_loader._identity, prefetch_factor=1)
-    by_worker = 0
-    for indices, batch in zip(batches, _loader.start_workers(reader)):
-        batch.unpack(slots)
-        want = prepare(ds, indices, transform=_transform(), seed=7, epoch=0, box_min_visible=0.0, flip_pairs=None,
-                       ragged="padded", partial_decode=True, worker_decode=0.5)
-        got_bytes, want_bytes = batch.buffers(), want.buffers()
-        for k, i in enumerate(indices):
-            if want.decoded[k] is None:
-                assert batch.decoded[k] is None and got_bytes[k].tobytes() == bytes(want_bytes[k])
-                continue
-            by_worker += 1
-            assert got_bytes[k] is None and batch.decoded[k].is_shared()
-            assert torch.equal(batch.decoded[k], want.decoded[k])
-            assert torch.equal(want.decoded[k], decode_jpeg(ds.jpegs[i], device="cpu"))
-        slots.release_after(*batch.slot, _Done())
-    assert 0.3 < by_worker / (6 * len(batches)) < 0.7
-
-
-@pytest.mark.skipif(not HAS_CUDA, reason="worker_decode shares the GPU path's decoding")
-def test_worker_decode_gives_the_same_batches_whatever_the_workers_and_cv2s_pixels():
-    """Part of the JPEGs decoded in the workers: the same batches with 0 and 2 workers, a corrupt
-    JPEG among them skipped with no other sample lost, and with every JPEG decoded there the batch
-    is cv2.imdecode then cv2.warpAffine (float) and normalise, the GPU decoder's images within a few
-    levels of it."""
-    import cv2
-
-    runs = [_by_index(GPULoader(JpegDataset(bad=[9]), 5, transform=_transform(), shuffle=True, num_workers=w,
-                                seed=7, worker_decode=0.5, on_error="skip")) for w in (0, 2)]
-    assert sorted(runs[0]) == sorted(set(range(22)) - {9}) and sorted(runs[1]) == sorted(runs[0])
-    for i in runs[0]:
-        assert torch.equal(runs[0][i][0], runs[1][i][0]) and torch.equal(runs[0][i][1], runs[1][i][1])
-
-    sizes = [(150 + 29 * i, 190 + 41 * (i % 3)) for i in range(10)]
-    jpegs = [encode(photo(i, hw), quality=90) for i, hw in enumerate(sizes)]
-    mean, std = np.array(A.IMAGENET_MEAN), np.array(A.IMAGENET_STD)
-    tf = A.Compose([A.RandomAffine(20, (0.1, 0.1), (0.7, 1.3), shear=8), A.RandomHorizontalFlip(),
-                    A.Resize((96, 128)), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)])
-    level = 1 / (255 * std.min())
-    gpu = [b for b, _ in GPULoader(jpegs, 5, transform=tf, seed=11, return_params=True, num_workers=2)]
-    for b, (images, params) in enumerate(GPULoader(jpegs, 5, transform=tf, seed=11, return_params=True,
-                                                   worker_decode=1.0, num_workers=2)):
-        for k in range(images.shape[0]):
-            src = cv2.imdecode(np.frombuffer(jpegs[5 * b + k], np.uint8), cv2.IMREAD_COLOR)
-            warped = cv2.warpAffine(src.astype(np.float32), params.matrices[k].numpy(), (128, 96),
-                                    flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-            want = ((warped[:, :, ::-1] / 255.0 - mean) / std).transpose(2, 0, 1)
-            diff = np.abs(images[k].double().cpu().numpy() - want)
-            assert diff.max() < 0.05 * level, (b, k, diff.max() / level)
-            near = np.abs(gpu[b][k].double().cpu().numpy() - want)
-            assert near.mean() < 1.5 * level and np.percentile(near, 99) < 8 * level, (b, k, near.mean())

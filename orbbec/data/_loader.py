@@ -45,7 +45,6 @@ class _Config:
     border_value: Any
     slots: Optional[SlotTable] = None  # reusable shared-memory buffers for the workers' bytes
     partial_decode: bool = True
-    worker_decode: float = 0.0
 
 
 class _Batches(torch.utils.data.Dataset):
@@ -61,8 +60,7 @@ class _Batches(torch.utils.data.Dataset):
         epoch, seed, indices = key
         batch = prepare(cfg.dataset, indices, transform=cfg.transform, seed=seed, epoch=epoch,
                         box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged,
-                        partial_decode=cfg.partial_decode and cfg.device.type == "cuda", mode=cfg.mode,
-                        worker_decode=cfg.worker_decode if cfg.device.type == "cuda" else 0.0)
+                        partial_decode=cfg.partial_decode and cfg.device.type == "cuda", mode=cfg.mode)
         batch.extra["epoch"], batch.extra["seed"] = epoch, seed  # the consumer checks the key it gets
         if cfg.device.type == "cpu":
             assemble(cfg, batch)  # the CPU path decodes and augments in the worker too
@@ -113,11 +111,6 @@ class GPULoader:
         crop's bottom plus a few rows): the rest is never entropy-decoded, and the warp's pixels are
         those of the whole image's decode. The decoder may then take another of its two paths for
         the shorter image (docs/io.md), whose pixels differ slightly. False decodes every row.
-    worker_decode: on the GPU path, the share (0 to 1) of JPEGs that the workers decode on their own
-        cores (OpenCV) instead of the GPU decoder, as DALI's hw_decoder_load leaves a share to its
-        CPU threads: the GPU decoder then has fewer images to do where the host has idle cores. Which
-        samples is fixed by (seed, index), so batches stay the same whatever the number of workers;
-        their pixels are OpenCV's (within a level or two of the GPU decoder's).
     """
 
     def __init__(self, dataset, batch_size: int = 1, *, transform=None, shuffle: bool = False, sampler=None,
@@ -125,7 +118,7 @@ class GPULoader:
                  on_error: str = "raise", mode: str = "RGB", rank: Optional[int] = None,
                  world_size: Optional[int] = None, ragged: str = "padded", return_params: bool = False,
                  box_min_visible: float = 0.0, flip_pairs=None, border_value=0, partial_decode: bool = True,
-                 worker_decode: float = 0.0, worker_init_fn=None, multiprocessing_context=None, timeout: float = 0,
+                 worker_init_fn=None, multiprocessing_context=None, timeout: float = 0,
                  prefetch_factor: Optional[int] = None, pin_memory: bool = False, persistent_workers: bool = True,
                  collate_fn=None, batch_sampler=None, generator=None):
         _refuse_dataloader_only(collate_fn=collate_fn, batch_sampler=batch_sampler, generator=generator)
@@ -141,8 +134,6 @@ class GPULoader:
             raise ValueError(f"GPULoader: on_error must be 'raise' or 'skip', got {on_error!r}")
         if ragged not in ("padded", "list"):
             raise ValueError(f"GPULoader: ragged must be 'padded' or 'list', got {ragged!r}")
-        if not 0.0 <= float(worker_decode) <= 1.0:
-            raise ValueError(f"GPULoader: worker_decode must be a share from 0 to 1, got {worker_decode!r}")
         if sampler is not None and shuffle:
             raise ValueError("GPULoader: sampler and shuffle are exclusive (as in DataLoader)")
         self.dataset, self.batch_size, self.transform = dataset, int(batch_size), transform
@@ -169,7 +160,7 @@ class GPULoader:
             pin = os.environ.get("ORBBEC_PIN_SLOTS", "1") != "0"
             slots = SlotTable(self.num_workers, self.prefetch + 4, pin=pin)
         self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
-                            border_value, slots, bool(partial_decode), float(worker_decode))
+                            border_value, slots, bool(partial_decode))
         # pin_memory and persistent_workers are taken for DataLoader's sake and change nothing: the
         # batches come out on `device` (nothing to pin), and the workers always persist.
         self._reader = torch.utils.data.DataLoader(

@@ -13,7 +13,6 @@ from torch.utils.data import default_collate
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
 from ..common import ArgumentError
 from ..io._buffers import with_height
-from ..io._cpu import decode_one
 from ._items import (BOX_ALIGNED_KEYS, BOX_KEYS, INSTANCE_MASK_KEYS, LANDMARK_KEYS, POINT_KEYS, image_source,
                      split_item, target_problem)
 from ._masks import warp_masks
@@ -36,7 +35,6 @@ class HostBatch:
     offsets: Optional[List[int]] = None
     slot: Optional[tuple] = None             # (worker, slot) of a reusable shared buffer (see pack)
     cut_rows: Optional[List[Optional[tuple]]] = None  # (frame, rows) where only the top rows are decoded
-    decoded_at: Optional[List[Optional[tuple]]] = None  # (offset, shape) of decoded pixels in `packed`
 
     def pack(self, slots=None, worker: int = 0) -> None:
         """Moves the encoded bytes into one uint8 tensor, a reusable slot of `slots` (a SlotTable)
@@ -44,10 +42,7 @@ class HostBatch:
         objects are pickled through a pipe (about 150 MB/s measured: the loader ran at a tenth of
         the decoder's rate on 1080p JPEGs). Small tensors go by value (see _shared.py)."""
         lengths = [0 if e is None else len(e) for e in self.encoded]
-        # Decoded images (the workers' share, or the dataset's own) follow the bytes in the same
-        # buffer: pickled one by one, each would be a shared-memory file of its own.
-        pixels = [0 if d is None else d.numel() for d in self.decoded]
-        total = sum(lengths) + sum(pixels)
+        total = sum(lengths)
         claimed = slots.claim(worker, total) if slots is not None else None
         if claimed is None:
             tensor = torch.empty(total, dtype=torch.uint8)
@@ -64,14 +59,6 @@ class HostBatch:
             self.offsets.append(pos)
             pos += n
         self.offsets.append(pos)
-        if any(pixels):
-            self.decoded_at = [None] * len(self.decoded)
-            for k, (d, n) in enumerate(zip(self.decoded, pixels)):
-                if d is not None and d.dtype == torch.uint8:
-                    flat[pos:pos + n] = d.contiguous().numpy().reshape(-1)
-                    self.decoded_at[k] = (pos, tuple(d.shape))
-                    self.decoded[k] = None
-                    pos += n
         self.packed = tensor if claimed is None or fresh else None
         self.encoded = [e is not None for e in self.encoded]
         self.cut_rows = None  # written into the packed copy
@@ -83,12 +70,6 @@ class HostBatch:
         """In the main process: the slot's tensor and the small tensors back (see pack)."""
         if self.slot is not None:
             self.packed = slots.attach(*self.slot, self.packed)
-        if self.decoded_at is not None:
-            for k, at in enumerate(self.decoded_at):
-                if at is not None:
-                    pos, shape = at
-                    self.decoded[k] = self.packed[pos:pos + int(np.prod(shape))].view(shape)
-            self.decoded_at = None
         self.targets = from_value(self.targets)
         if self.params is not None:
             self.params.matrices = from_value(self.params.matrices)
@@ -221,42 +202,11 @@ def _read_item(dataset, index):
         raise
 
 
-_MASK64 = (1 << 64) - 1
-
-
-def decoded_by_worker(seed: int, index: int, share: float) -> bool:
-    """Whether the workers decode sample `index` themselves (the loader's worker_decode share): a
-    hash of (seed, index) alone, so that a sample takes the same decoder whatever the batch, the
-    number of workers or of ranks (the two decoders' pixels differ slightly)."""
-    if share <= 0:
-        return False
-    x = (index * 0x9E3779B97F4A7C15 + (seed + 1) * 0xD1B54A32D192ED03) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (x ^ (x >> 31)) < share * 2.0 ** 64
-
-
-def _decode_share(batch: HostBatch, seed: int, share: float, mode: str) -> None:
-    """Decodes the batch's JPEGs of the workers' share here, on the CPU (OpenCV); one that fails is
-    a bad sample, as it would be on the GPU."""
-    for k, index in enumerate(batch.indices):
-        if batch.encoded[k] is None or not decoded_by_worker(seed, index, share):
-            continue
-        image, problem = decode_one(batch.encoded[k], mode)
-        batch.encoded[k], batch.decoded[k] = None, image
-        if image is None:
-            batch.errors[k] = problem
-        if batch.cut_rows is not None:
-            batch.cut_rows[k] = None
-
-
 def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, box_min_visible: float,
-            flip_pairs, ragged: str, partial_decode: bool = False, mode: str = "RGB",
-            worker_decode: float = 0.0) -> HostBatch:
+            flip_pairs, ragged: str, partial_decode: bool = False, mode: str = "RGB") -> HostBatch:
     """The CPU side of a batch (see the module's doc). partial_decode: decode each JPEG only down to
     the last rows its warp reads (orbbec/data/_rows.py). mode: the channels of images in other
-    formats than JPEG, which are decoded here. worker_decode: the share of JPEGs decoded here too
-    (decoded_by_worker picks them), the rest being left to the GPU."""
+    formats than JPEG, which are decoded here."""
     items = [_read_item(dataset, i) for i in indices]
     split = [split_item(it) for it in items]
     kinds = {k for _, _, k in split}
@@ -279,8 +229,6 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
             rows = rows_to_decode(batch.params.matrices.numpy(), batch.params.size, [s[4] for s in sources])
             if any(r is not None for r in rows):
                 batch.cut_rows = [None if r is None else (s[4], r) for s, r in zip(sources, rows)]
-    if worker_decode > 0:
-        _decode_share(batch, seed, worker_decode, mode)
     if kind == "dict":
         if batch.params is not None:
             M, size = batch.params.matrices, batch.params.size

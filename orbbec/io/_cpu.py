@@ -86,12 +86,6 @@ def decode_other_format(buf, mode):
     return torch.from_numpy(np.ascontiguousarray(img)), ""
 
 
-def decode_one(buf, mode: str):
-    """One JPEG decoded by OpenCV as the GPU loader's decoder reads it (whole, EXIF orientation
-    ignored): (uint8 HWC tensor, '') or (None, why not). For the share the loader's workers decode."""
-    return _decode_one(_cv2(), buf, mode, 1, None, False)
-
-
 def decode(buffers, mode, reduces, rois, apply_exif, threads):
     """Returns (images, errors): a uint8 HWC CPU tensor or None per buffer, and '' or the reason."""
     global _pool, _pool_threads
@@ -129,4 +123,4 @@ def exif_orientation(buf) -> int:
     return 1
 
 
-__all__ = ["decode", "decode_one", "decode_other_format", "exif_orientation", "orient"]
+__all__ = ["decode", "decode_other_format", "exif_orientation", "orient"]

@@ -155,11 +155,11 @@ def host_ms_per_call(before):
     return {k: round((hb[k] - ha[k]) / calls * 1e3, 2) for k in hb if k != "calls"}
 
 
-def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0, windows=1, worker_decode=0.0):
+def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0, windows=1):
     from orbbec.data import GPULoader
 
     loader = GPULoader(items, batch, transform=transform, shuffle=True, num_workers=workers, prefetch=4,
-                       drop_last=True, seed=0, worker_decode=worker_decode)
+                       drop_last=True, seed=0)
     it = forever(lambda: iter(loader))
 
     def step():
@@ -213,7 +213,6 @@ def main():
                     help="--mode decode: each batch packed in one buffer as the loader's workers pack it")
     ap.add_argument("--worker-cores", type=int, default=0,
                     help="after the warm-up, the workers on this many cores and this process on the rest")
-    ap.add_argument("--worker-decode", type=float, default=0.0, help="the loader's worker_decode share")
     a = ap.parse_args()
     if a.steps:
         wrap_steps()
@@ -238,9 +237,8 @@ def main():
     else:
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
         r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores,
-                          windows=a.windows, worker_decode=a.worker_decode)
-    share = f" worker_decode {a.worker_decode}" if a.worker_decode else ""
-    print(f"{a.workload:12s} {a.mode:9s}{share} {r:8,.0f} img/s  {t}", flush=True)
+                          windows=a.windows)
+    print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
     if a.steps:
         n = max(MARKS.get("n", 1), 1)
         for name, (cpu, calls) in sorted(STEPS.items(), key=lambda kv: -kv[1][0]):
