@@ -12,6 +12,13 @@ WARP_WORKLOADS = {
 VARSIZE_SHAPES = [(375, 500), (480, 640), (333, 500), (500, 375), (427, 640), (640, 480)]
 
 
+def pack_jpegs(files) -> tuple:
+    """`files` back to back in one writable uint8 array, and the n + 1 offsets of each in it (the
+    layout of the loader's packed batches, orbbec.io.PackedImages)."""
+    offsets = np.concatenate([[0], np.cumsum([len(f) for f in files], dtype=np.int64)])
+    return np.frombuffer(b"".join(files), np.uint8).copy(), offsets.tolist()
+
+
 def photos_bgr(batch: int, in_hw, shapes=None) -> list:
     """Image i: astronaut, chelsea, coffee, rocket cycled, resized (INTER_LINEAR) to in_hw (or
     shapes[i % len(shapes)]), rolled right by 37*i pixels, RGB -> BGR; uint8 HWC."""
@@ -153,12 +160,9 @@ class DecodeOneAhead:
         self.device, self.ahead = device, None
 
     def __call__(self, batch) -> int:
-        from orbbec.io import PackedImages, start_batch_decode, start_decode
+        from orbbec.io import start_batch_decode
 
-        if isinstance(batch, PackedImages):
-            started = start_batch_decode(batch, device=self.device)
-        else:
-            started = start_decode(batch, device=self.device)
+        started = start_batch_decode(batch, device=self.device)  # (takes a list or a PackedImages)
         taken = self.drain()
         self.ahead = started
         return taken

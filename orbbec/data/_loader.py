@@ -5,7 +5,6 @@ state."""
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass
 from typing import Any, List, Optional
 

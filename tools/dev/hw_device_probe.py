@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from workloads import jpeg_set  # noqa: E402
+from workloads import jpeg_set, pack_jpegs  # noqa: E402
 
 
 def main():
@@ -19,12 +19,11 @@ def main():
     a = ap.parse_args()
     name, path = a.set, a.path
     files = jpeg_set(name)
-    offsets = np.concatenate([[0], np.cumsum([len(f) for f in files])]).astype(np.uint64)
+    flat, offsets = pack_jpegs(files)
     with open(path, "wb") as f:
         f.write(np.uint64(len(files)).tobytes())
-        f.write(offsets.tobytes())
-        for b in files:
-            f.write(b)
+        f.write(np.array(offsets, np.uint64).tobytes())
+        f.write(flat.tobytes())
     print(f"{name}: {len(files)} JPEGs, {offsets[-1] / len(files) / 1e3:.1f} kB each on average -> {path}")
 
 

@@ -6,11 +6,10 @@ import sys
 import threading
 import time
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from workloads import jpeg_set  # noqa: E402
+from workloads import jpeg_set, pack_jpegs  # noqa: E402
 
 from orbbec.io import decode_jpeg  # noqa: E402
 
@@ -43,9 +42,8 @@ def main():
 
     def shm(g):
         def make():
-            flat = torch.from_numpy(np.frombuffer(b"".join(g), np.uint8).copy()).share_memory_()
-            arr = flat.numpy()
-            off = np.cumsum([0] + [len(x) for x in g])
+            flat, off = pack_jpegs(g)
+            arr = torch.from_numpy(flat).share_memory_().numpy()
             return [arr[off[i]:off[i + 1]] for i in range(len(g))]
         return make
     premade = [shm(groups[k % len(groups)])() for k in range(300)]  # fresh pages, as each worker batch is

@@ -124,17 +124,15 @@ def cut_items(workload, items):
 def run_decode_packed(items, batch, seconds, pinned):
     """Decoding alone from each batch packed in one buffer, as the loader's workers pack it, page-locked
     (as the loader's slots are) or pageable; driven one batch ahead, as run_decode_only drives it."""
-    import numpy as np
     import torch
     from orbbec.io import PackedImages
-    from workloads import DecodeOneAhead
+    from workloads import DecodeOneAhead, pack_jpegs
 
     files = [it["image"] for it in items]
     packed = []
     for k in range(0, len(files) - batch + 1, batch):
-        chunk = files[k:k + batch]
-        offsets = np.concatenate([[0], np.cumsum([len(f) for f in chunk])]).tolist()
-        t = torch.frombuffer(bytearray(b"".join(chunk)), dtype=torch.uint8)
+        flat, offsets = pack_jpegs(files[k:k + batch])
+        t = torch.from_numpy(flat)
         packed.append(PackedImages((t.pin_memory() if pinned else t).numpy(), offsets))
     state = {"i": 0}
     ahead = DecodeOneAhead()

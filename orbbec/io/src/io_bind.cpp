@@ -399,6 +399,8 @@ py::dict stats(int device) {
 // of bitstreams read from it is a DMA queued on its stream instead of a staging copy made by the
 // calling thread (host work per image that bounds the engine on small images). False when
 // the driver refuses (e.g. a locked-memory limit): the buffer stays pageable and still works.
+// Not torch.cuda.cudart().cudaHostRegister: that binding returns the error without clearing it, and a
+// refused registration would then fail the next kernel launch check of any thread's op.
 bool pin_host_memory(const torch::Tensor& t) {
   TORCH_CHECK(t.device().is_cpu() && t.is_contiguous(), "pin_host_memory: a contiguous CPU tensor");
   if (t.numel() == 0) return false;
