@@ -753,6 +753,10 @@ def test_slots_are_page_locked_in_place_and_unlocked_when_replaced_or_dropped():
 
     from orbbec.data._shared import SlotTable
 
+    # torch's is_pinned() reads False in a process where torch has no CUDA context yet, whatever the
+    # driver registered (seen on the H100 when this test ran first); the loader's side stream makes
+    # the context before any slot arrives.
+    torch.zeros(1, device="cuda")
     slots = SlotTable(1, 2, pin=True)
     a = torch.empty(1 << 16, dtype=torch.uint8).share_memory_()
     assert not a.is_pinned()
