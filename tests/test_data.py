@@ -744,6 +744,59 @@ def test_worker_batches_arrive_intact_through_reused_slots():
     assert (slots.flags == 0).all()
 
 
+def test_slots_of_batches_never_started_are_free_to_the_next_generation():
+    """A pass of the loader's threads that ends early leaves batches it received but never started,
+    and the DataLoader drops the batches its workers had ready when it resets: none of them is ever
+    released. Their slots go back to the workers for the next generation's keys (and their tensors
+    travel again, as the main process may never have seen them), so the next pass's batches all
+    come in slots, intact, and none of the slots still read by the GPU is taken."""
+    from orbbec.data import _loader
+    from orbbec.data._samples import prepare
+    from orbbec.data._shared import FREE, SlotTable
+
+    ds = JpegDataset(24)
+    slots = SlotTable(2, 3)
+    cfg = _loader._Config(ds, _transform(), torch.device("cuda"), "RGB", "raise", "padded", 0.0, None, 0, slots)
+    keys = _loader.Keys()
+    reader = torch.utils.data.DataLoader(_loader._Batches(cfg), batch_size=None, sampler=keys, num_workers=2,
+                                         collate_fn=_loader._identity, prefetch_factor=1, persistent_workers=True)
+    keys.source = [(0, 7, [(5 * k + j) % 24 for j in range(4 + k % 3)]) for k in range(12)]
+    first = []
+    for batch in _loader.start_workers(reader):  # the first pass: two batches started, two not
+        batch.unpack(slots)
+        first.append(batch)
+        if len(first) == 4:
+            break
+    slots.release_after(*first[0].slot, _Done())
+    still_read = first[1].slot  # its GPU work has not run yet
+    slots.pending.append((still_read, _NotDone()))
+
+    keys.generation += 1
+    slots.begin_generation(keys.generation)
+    batches = [[(3 * k + j) % 24 for j in range(5 + k % 3)] for k in range(16)]
+    keys.source = [(1, 7, b) for b in batches]
+    received = 0
+    for indices, batch in zip(batches, _loader.start_workers(reader)):
+        assert batch.slot is not None, f"batch {received} of the second pass found no free slot"
+        assert batch.slot != still_read, "a slot the GPU still reads was taken"
+        batch.unpack(slots)
+        want = prepare(ds, indices, transform=_transform(), seed=7, epoch=1, box_min_visible=0.0, flip_pairs=None,
+                       ragged="padded", partial_decode=True)
+        assert batch.indices == indices
+        assert [e.tobytes() for e in batch.buffers()] == [bytes(e) for e in want.buffers()], received
+        slots.release_after(*batch.slot, _Done())
+        received += 1
+    assert received == len(batches)
+    assert slots.flags[still_read].item() != FREE
+
+
+class _NotDone:
+    """Stands in for a CUDA event whose work is still queued."""
+
+    def query(self):
+        return False
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="page-locking the slots needs CUDA")
 def test_slots_are_page_locked_in_place_and_unlocked_when_replaced_or_dropped():
     """The GPU path's slots are page-locked once when they arrive (so the decoder's bitstream copies

@@ -11,16 +11,23 @@ from . import _order
 
 class Keys(torch.utils.data.Sampler):
     """The keys the workers read next, set before each pass: an epoch's list, or a Plan that goes
-    on into the following epochs."""
+    on into the following epochs. Each key goes out with the pass's `generation` appended: a worker
+    marks the shared slot it packs into with it (_shared.SlotTable.claim)."""
 
     def __init__(self):
         self.source = []
+        self.generation = 1
 
     def __iter__(self):
-        return iter(self.source)
+        return _with_generation(iter(self.source), self.generation)
 
     def __len__(self):
         return len(self.source)
+
+
+def _with_generation(keys, generation: int):
+    for k in keys:
+        yield (*k, generation)
 
 
 def keys_of(epoch: int, seed: int, indices: List[int], batch_size: int, drop_last: bool, skip: int) -> list:

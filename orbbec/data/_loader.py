@@ -17,7 +17,7 @@ from ._shared import SlotTable
 from ._stages import assemble
 from ._epoch import CudaEpoch, Epoch, Timing
 from ._keys import Keys, Plan, keys_of
-from ._stream import Counters, GpuStream, start_workers
+from ._stream import RECEIVED_DEPTH, Counters, GpuStream, start_workers
 
 # The side stream's priority. High (-1): the decoder's kernels and copies are short and the training
 # step waits for them; behind a step's long kernels they would stretch the decode of every batch.
@@ -56,7 +56,7 @@ class _Batches(torch.utils.data.Dataset):
 
     def __getitem__(self, key):
         cfg = self.cfg
-        epoch, seed, indices = key
+        epoch, seed, indices, generation = key
         batch = prepare(cfg.dataset, indices, transform=cfg.transform, seed=seed, epoch=epoch,
                         box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged,
                         partial_decode=cfg.partial_decode and cfg.device.type == "cuda", mode=cfg.mode)
@@ -66,7 +66,7 @@ class _Batches(torch.utils.data.Dataset):
         else:
             info = torch.utils.data.get_worker_info()
             if info is not None:
-                batch.pack(cfg.slots, info.id)
+                batch.pack(cfg.slots, info.id, generation)
         return batch
 
 
@@ -157,7 +157,10 @@ class GPULoader:
         if self.device.type == "cuda" and self.num_workers > 0:
             # ORBBEC_PIN_SLOTS=0 leaves the slots pageable (for comparison: docs/dev/decode.md).
             pin = os.environ.get("ORBBEC_PIN_SLOTS", "1") != "0"
-            slots = SlotTable(self.num_workers, self.prefetch + 4, pin=pin)
+            # A worker's batches in flight: its prefetch in the DataLoader plus its share of those the
+            # loader's threads hold (RECEIVED_DEPTH + DECODES_IN_FLIGHT + a few); slots are allocated
+            # only when used, so the spare ones cost nothing.
+            slots = SlotTable(self.num_workers, self.prefetch + RECEIVED_DEPTH + 2, pin=pin)
         self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
                             border_value, slots, bool(partial_decode))
         # pin_memory and persistent_workers are taken for DataLoader's sake and change nothing: the
@@ -223,6 +226,12 @@ class GPULoader:
         """Background threads reading the keys of `source` (a Plan or a list)."""
         self._close_stream()
         self._keys.source = source
+        # A new generation of keys: the slots of batches the old threads received but never started,
+        # and of those the DataLoader dropped when it reset, become free for the new keys' batches
+        # (SlotTable.claim); those whose GPU work may still run stay taken until it has run.
+        self._keys.generation += 1
+        if self._cfg.slots is not None:
+            self._cfg.slots.begin_generation(self._keys.generation)
         if self._cuda_stream is None:
             self._cuda_stream = torch.cuda.Stream(self.device, priority=SIDE_STREAM_PRIORITY)
         self._batches = GpuStream(self._reader, self._cfg, self._counters, self._cuda_stream, self.prefetch)

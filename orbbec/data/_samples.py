@@ -36,14 +36,14 @@ class HostBatch:
     slot: Optional[tuple] = None             # (worker, slot) of a reusable shared buffer (see pack)
     cut_rows: Optional[List[Optional[tuple]]] = None  # (frame, rows) where only the top rows are decoded
 
-    def pack(self, slots=None, worker: int = 0) -> None:
+    def pack(self, slots=None, worker: int = 0, generation: int = 1) -> None:
         """Moves the encoded bytes into one uint8 tensor, a reusable slot of `slots` (a SlotTable)
         when one is free: DataLoader workers hand tensors over through shared memory, where bytes
         objects are pickled through a pipe (about 150 MB/s measured: the loader ran at a tenth of
         the decoder's rate on 1080p JPEGs). Small tensors go by value (see _shared.py)."""
         lengths = [0 if e is None else len(e) for e in self.encoded]
         total = sum(lengths)
-        claimed = slots.claim(worker, total) if slots is not None else None
+        claimed = slots.claim(worker, total, generation) if slots is not None else None
         if claimed is None:
             tensor = torch.empty(total, dtype=torch.uint8)
         else:

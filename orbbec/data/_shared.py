@@ -10,6 +10,11 @@ thread needs. So:
   tensor crosses the process boundary once, and later batches name it (worker, slot, length);
   the main process frees a slot when the GPU work that read it has finished (an event, polled,
   never waited on), through a small flag table the workers can see;
+- a taken slot's flag holds the generation of the key its batch was packed for (the loader starts
+  a generation with each new pass of its threads): a batch the main process never started (left in
+  a closed pass's queue, or dropped by the DataLoader when it reset) is never released, so its slot
+  is free to keys of a later generation, and travels again with its next batch (the main process
+  may never have seen it);
 - small tensors (matrices, labels, boxes) travel by value, as numpy arrays in the pickle;
 - the main process page-locks each slot in place once (cudaHostRegister), so the GPU decoder's copy
   of the bitstreams is a DMA queued on its stream, not a staging copy made by the decoder's threads,
@@ -25,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-FREE, BUSY = 0, 1
+FREE = 0  # else a slot's flag is the generation (>= 1) of the key whose batch holds it
 
 # The slots this worker process has allocated, per loader (a worker may serve several loaders).
 _worker_slots: Dict[int, List[Optional[torch.Tensor]]] = {}
@@ -56,28 +61,30 @@ class SlotTable:
         self.cached, self.pending, self.pinned, self._native = {}, [], {}, None
 
     # worker side ----------------------------------------------------------------------------
-    def claim(self, worker: int, nbytes: int):
-        """(slot, tensor, fresh) for `nbytes` in this worker's slots, or None if all are busy.
-        `fresh`: the tensor is new (or grown) and must travel with this batch."""
+    def claim(self, worker: int, nbytes: int, generation: int = 1):
+        """(slot, tensor, fresh) for `nbytes` in this worker's slots, for a key of `generation`, or
+        None if all are taken. `fresh`: the tensor must travel with this batch (it is new, grown, or
+        left by an earlier generation, whose batch the main process may never have received)."""
         flags = self.flags[worker].numpy()
         mine = _worker_slots.setdefault(self.token, [None] * flags.shape[0])
-        free = np.flatnonzero(flags == FREE)
+        free = np.flatnonzero((flags == FREE) | (flags < generation))
         if free.size == 0:
             return None
         # A free slot large enough, else the first free one, grown with headroom.
         fits = [s for s in free if mine[s] is not None and mine[s].numel() >= nbytes]
         s = int(fits[0]) if fits else int(free[0])
-        fresh = not fits
-        if fresh:
+        fresh = not fits or flags[s] != FREE
+        if not fits:
             mine[s] = torch.empty(max(nbytes + nbytes // 4, 1 << 16), dtype=torch.uint8).share_memory_()
-        flags[s] = BUSY
+        flags[s] = generation
         return s, mine[s], fresh
 
     # main side --------------------------------------------------------------------------------
     def attach(self, worker: int, slot: int, tensor: Optional[torch.Tensor]) -> torch.Tensor:
         """The slot's tensor: the one that came with this batch (kept for later batches) or the one
-        received earlier. A slot is reused only after release(), i.e. after its previous batch
-        arrived here, so the cache is always current."""
+        received earlier. A slot is reused without its tensor only after release(), i.e. after its
+        previous batch arrived here (a slot taken back from an earlier generation sends it again),
+        so the cache is always current."""
         if tensor is not None:
             self.cached[(worker, slot)] = tensor
             if self._native is not None:
@@ -92,6 +99,14 @@ class SlotTable:
             self._native.unpin_host_memory(old)
         if self._native.pin_host_memory(tensor):
             self.pinned[key] = tensor
+
+    def begin_generation(self, generation: int) -> None:
+        """A new pass of the loader's threads, whose keys carry `generation`: the slots whose GPU
+        work has not yet run are marked with it, so that its keys do not take them (claim)."""
+        self.poll()
+        flags = self.flags.numpy()
+        for (w, s), _ in self.pending:
+            flags[w, s] = generation
 
     def release_after(self, worker: int, slot: int, event: "torch.cuda.Event") -> None:
         self.pending.append(((worker, slot), event))

@@ -28,6 +28,12 @@ DONE = object()
 # batch N (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch).
 DECODES_IN_FLIGHT = 2
 
+# Batches received from the workers and not yet started. The workers' batches arrive in order and
+# in bursts (one late worker holds back the batches after its own): with room for 2 the decoding
+# thread waited for the next face batch of 256 about 1 ms, with 6 less and face ran faster in one
+# alternated A/B (docs/dev/decode.md). The bytes of the batches held here are not copied.
+RECEIVED_DEPTH = 6
+
 
 # Streams whose threads may still run: closed at interpreter exit, before Python ends its daemon
 # threads. A thread ended then while it waited for the GPU decoder (it takes the GIL back in a C++
@@ -70,7 +76,7 @@ class GpuStream:
         self.reader, self.cfg, self.counters, self.stream = reader, cfg, counters, stream
         self.device = cfg.device
         self.queue: "queue.Queue" = queue.Queue(maxsize=prefetch)
-        self.received: "queue.Queue" = queue.Queue(maxsize=2)
+        self.received: "queue.Queue" = queue.Queue(maxsize=RECEIVED_DEPTH)
         self.decoded: "queue.Queue" = queue.Queue(maxsize=1)
         self.stop = threading.Event()
         self.finished = False  # DONE or an exception was handed out: nothing more will come
