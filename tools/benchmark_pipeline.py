@@ -412,9 +412,9 @@ def main():
     ap.add_argument("--warmup", type=float, default=WARMUP_S, help="seconds each pipeline runs before the clock starts")
     ap.add_argument("--workloads", default="cls-1080p,cls-500x375,face,det")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
-    ap.add_argument("--workers", default="9",
+    ap.add_argument("--workers", default="9,face=16",
                     help="orbbec's DataLoader workers (reading bytes): N, or N plus per-workload counts "
-                         "(9,face=12), as a user sets num_workers per dataset")
+                         "(9,face=16), as a user sets num_workers per dataset")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per pipeline before it counts as timed out")
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure every pipeline this many times, in alternated rounds; rows give the median run "
@@ -496,7 +496,7 @@ def measure_child(args, name, workload, data_path, label, hw_load):
 
 
 def workers_for(spec: str, workload: str) -> int:
-    """The loader's workers for `workload` from --workers ("9" or "9,face=12")."""
+    """The loader's workers for `workload` from --workers ("9" or "9,face=16")."""
     default, *pairs = str(spec).split(",")
     counts = dict(p.split("=") for p in pairs)
     return int(counts.get(workload, default))

@@ -9,6 +9,8 @@ workers outlive it for a while), so alternate from the shell:
 --steps: the CPU time (time.thread_time, so the thread's own, not waiting for the GIL) of the loader
 threads' steps per batch, inclusive (nested steps count in their callers too). cProfile cannot do
 this on Python 3.12: it sees every thread's calls.
+--waits: the spread of the decoding thread's waits for the workers' batches (percentiles, long stalls,
+which worker).
 --cpu: CPU time per batch of each Python thread of the loader's process (a Python thread's CPU time
 is about the time it held the GIL: torch's host calls keep it), of the native threads (the decoder's
 pool) and of the workers; Python threads summing to about the wall time per batch mean the GIL bounds
@@ -52,6 +54,40 @@ class CpuClock:
         d["Python threads together"] = py
         d["wall"] = wall
         return {k: round(v / max(batches, 1) * 1e3, 2) for k, v in d.items()}
+
+
+WAITS = []  # (seconds the decoding thread waited for the batch, its worker) per batch, timed window
+
+
+def record_waits():
+    """Records each batch's wait for the workers (loader.timing() gives only the mean), so that a
+    steady lag is told from rare long stalls, and a slow worker from all of them."""
+    import orbbec.data._stream as stream
+
+    finish = stream.GpuStream._finish
+
+    def wrapped(self, batch, started, waited):
+        if MARKS.get("timing"):
+            WAITS.append((waited, None if batch.slot is None else batch.slot[0]))
+        return finish(self, batch, started, waited)
+    stream.GpuStream._finish = wrapped
+
+
+def wait_summary():
+    import numpy as np
+
+    if not WAITS:
+        return "no batches"
+    w = np.array([x for x, _ in WAITS]) * 1e3
+    long = w > 5.0
+    by_worker = {}
+    for x, k in WAITS:
+        if x > 0.005:
+            by_worker[k] = by_worker.get(k, 0) + 1
+    return (f"waits for the workers over {len(w)} batches (ms): mean {w.mean():.2f}, p50 {np.median(w):.3f}, "
+            f"p90 {np.percentile(w, 90):.2f}, p99 {np.percentile(w, 99):.2f}, max {w.max():.1f}; "
+            f"waits over 5 ms: {long.sum()}, {w[long].sum() / max(w.sum(), 1e-9):.0%} of the time waited; "
+            f"by worker (slot's; None: no slot): {dict(sorted(by_worker.items(), key=str))}")
 
 
 STEPS = {}  # step name -> (CPU seconds, calls) since the clock started
@@ -168,6 +204,8 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_core
     def start():
         loader.timing(reset=True)
         STEPS.clear()
+        WAITS.clear()
+        MARKS["timing"] = True
         MARKS["n"] = 0
         pids = [w.pid for w in getattr(loader._reader._iterator, "_workers", [])]
         if worker_cores:
@@ -202,6 +240,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.5)
     ap.add_argument("--workers", type=int, default=9)
     ap.add_argument("--steps", action="store_true")
+    ap.add_argument("--waits", action="store_true", help="how each batch's wait for the workers is spread")
     ap.add_argument("--no-fuse", action="store_true", help="warp in the augmenting thread, not the decoder's")
     ap.add_argument("--in-flight", type=int, default=0, help="the decoding thread's batches in flight (default: the loader's)")
     ap.add_argument("--cpu", action="store_true")
@@ -214,6 +253,8 @@ def main():
     a = ap.parse_args()
     if a.steps:
         wrap_steps()
+    if a.waits:
+        record_waits()
     if a.no_fuse:
         import orbbec.data._stages as stages
         stages._warp_in_decoder = lambda *args: None
@@ -237,6 +278,8 @@ def main():
         r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores,
                           windows=a.windows)
     print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
+    if a.waits:
+        print("    " + wait_summary(), flush=True)
     if a.steps:
         n = max(MARKS.get("n", 1), 1)
         for name, (cpu, calls) in sorted(STEPS.items(), key=lambda kv: -kv[1][0]):
