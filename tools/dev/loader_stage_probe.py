@@ -243,6 +243,8 @@ def main():
     ap.add_argument("--waits", action="store_true", help="how each batch's wait for the workers is spread")
     ap.add_argument("--no-fuse", action="store_true", help="warp in the augmenting thread, not the decoder's")
     ap.add_argument("--in-flight", type=int, default=0, help="the decoding thread's batches in flight (default: the loader's)")
+    ap.add_argument("--received-depth", type=int, default=0,
+                    help="room for received batches before the decoding thread (default: the loader's)")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--windows", type=int, default=1, help="measure this many windows in turn in one process")
     ap.add_argument("--cut-rows", action="store_true", help="--mode decode: on the rows a draw's warp reads only")
@@ -261,6 +263,10 @@ def main():
     if a.in_flight:
         import orbbec.data._stream as stream
         stream.DECODES_IN_FLIGHT = a.in_flight
+    if a.received_depth:
+        import orbbec.data._loader as loader_module
+        import orbbec.data._stream as stream
+        stream.RECEIVED_DEPTH = loader_module.RECEIVED_DEPTH = a.received_depth  # (the slots follow it)
     items, batch = build_data(a.workload)
     if a.cut_rows:
         items = cut_items(a.workload, items)
