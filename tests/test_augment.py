@@ -399,3 +399,26 @@ def test_iou_crop_holds_the_centres_it_keeps_and_overlaps_one_enough(device):
     # no boxes: torchvision would draw forever; here the image is left as it is
     p = aug.draw([(120, 160)], [0], targets=[{"boxes": np.zeros((0, 4), np.float32)}])
     assert p.samples[0]["RandomIoUCrop.crop"] is None and p.size == (120, 160)
+
+
+def test_align_faces_batched_fit_is_the_same_whatever_form_the_landmarks_take():
+    """AlignFaces fits a batch at once; arrays [5, 2] take a stacked path, other forms (lists,
+    tensors, [10] arrays) sample by sample. Every form gives the same matrices, each equal to fitting
+    its sample alone, and unusable landmarks (not finite, all coinciding, missing) give None."""
+    rng = np.random.default_rng(5)
+    arrays = [rng.uniform(10, 200, (5, 2)) for _ in range(12)]
+    arrays[3] = np.full((5, 2), np.nan)
+    arrays[7] = np.full((5, 2), 42.0)
+    tf = A.AlignFaces(112)
+    stacked = tf.fit_batch([{"landmarks": a} for a in arrays])
+    for form in (lambda a: a.tolist(), torch.from_numpy, lambda a: a.reshape(-1)):
+        other = tf.fit_batch([{"landmarks": form(a)} for a in arrays])
+        for s, o in zip(stacked, other):
+            assert (s is None and o is None) or np.array_equal(s, o)
+    assert [k for k, s in enumerate(stacked) if s is None] == [3, 7]
+    for a, s in zip(arrays, stacked):
+        alone = tf.fit_batch([{"landmarks": a.tolist()}])[0]
+        assert (s is None and alone is None) or np.array_equal(s, alone)
+    with_missing = tf.fit_batch([{"landmarks": arrays[0]}, {}, None])
+    assert np.array_equal(with_missing[0], stacked[0]) and with_missing[1:] == [None, None]
+    assert tf.fit_batch([]) == []

@@ -107,16 +107,20 @@ class Compose:
         fits = {id(t): t.fit_batch(targets if targets is not None else [None] * len(sizes))
                 for t in self.geometric if hasattr(t, "fit_batch")}
         rngs = SampleRngs(seed, epoch)
-        names = [type(t).__name__ + "." for t in self.geometric]
+        # What each transform is called with, decided once per batch rather than per sample (this
+        # loop is most of a face batch's time in a DataLoader worker).
+        steps = [(t, type(t).__name__ + ".", fits.get(id(t)), getattr(t, "needs_target", False),
+                  getattr(t, "needs_boxes", False)) for t in self.geometric]
+        colour = [(type(t).__name__, t) for t in self.photometric if not is_policy(t)]
         for k, ((h, w), index) in enumerate(zip(sizes, indices)):
             rng = rngs.for_index(index)
             m, size, info = None, (int(h), int(w)), {}
-            for t, name in zip(self.geometric, names):
-                if id(t) in fits:
-                    step, size, p = t(rng, size, None if targets is None else targets[k], fits[id(t)][k])
-                elif getattr(t, "needs_target", False):
+            for t, name, fit, needs_target, needs_boxes in steps:
+                if fit is not None:
+                    step, size, p = t(rng, size, None if targets is None else targets[k], fit[k])
+                elif needs_target:
                     step, size, p = t(rng, size, None if targets is None else targets[k])
-                elif getattr(t, "needs_boxes", False):  # the sample's boxes where the steps so far moved them
+                elif needs_boxes:  # the sample's boxes where the steps so far moved them
                     boxes = None if targets is None or targets[k] is None else targets[k].get("boxes")
                     if boxes is not None:
                         boxes = enclosing_boxes(boxes, (m if m is not None else np.eye(3))[:2]).numpy()
@@ -128,9 +132,8 @@ class Compose:
                     info[name + key] = v
             if m is None:
                 m = np.eye(3)
-            for t in self.photometric:
-                if not is_policy(t):  # a policy drew its colour ops with its geometric ones
-                    info[type(t).__name__] = t.draw(rng)
+            for cname, t in colour:  # (a policy drew its colour ops with its geometric ones)
+                info[cname] = t.draw(rng)
             for t in self.erasing:
                 info[type(t).__name__] = t.draw_at(rng, size)
             if out is not None and size != out:

@@ -149,15 +149,29 @@ def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bo
         have = [b for b, t in enumerate(targets) if k in t]
         if not have:
             continue
-        pts = [torch.as_tensor(targets[b][k], dtype=torch.float32) for b in have]
-        if all(p.shape == pts[0].shape for p in pts) and pts[0].dim() == 2:
-            moved, _ = transform_landmarks(torch.stack(pts), M[torch.tensor(have)], size,
+        values = [targets[b][k] for b in have]
+        stacked = _stacked_points(values)
+        if stacked is not None:
+            moved, _ = transform_landmarks(stacked, M[torch.tensor(have)], size,
                                            torch.tensor([flipped[b] for b in have]))
-            for j, b in enumerate(have):
-                targets[b][k] = moved[j]
+            for b, row in zip(have, moved.unbind(0)):
+                targets[b][k] = row
         else:
-            for b, p in zip(have, pts):
-                targets[b][k], _ = transform_landmarks(p, M[b], size, flipped[b])
+            for b, v in zip(have, values):
+                targets[b][k], _ = transform_landmarks(torch.as_tensor(v, dtype=torch.float32), M[b], size, flipped[b])
+
+
+def _stacked_points(values) -> "torch.Tensor | None":
+    """The samples' points as one float32 tensor [n, K, D], or None when they are not all 2-D of one
+    shape. numpy arrays (a face dataset's usual landmarks) are stacked and converted at once: one
+    conversion per sample cost a face batch's worker about a tenth of its time."""
+    first = values[0]
+    if isinstance(first, np.ndarray) and all(isinstance(v, np.ndarray) and v.shape == first.shape for v in values):
+        return torch.from_numpy(np.stack(values).astype(np.float32)) if first.ndim == 2 else None
+    pts = [torch.as_tensor(v, dtype=torch.float32) for v in values]
+    if pts[0].dim() == 2 and all(p.shape == pts[0].shape for p in pts):
+        return torch.stack(pts)
+    return None
 
 
 def _pad(tensors: List[torch.Tensor], fill) -> tuple:
