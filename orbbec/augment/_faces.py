@@ -7,6 +7,7 @@ import torch
 
 from ..warpaffine import arcface_template, estimate_similarity
 from ._geometry import scale_region
+from ._targets import stacked_arrays
 
 
 class AlignFaces:
@@ -32,11 +33,9 @@ class AlignFaces:
         and the checks cost a DataLoader worker more than the rest of its batch); None where the
         landmarks are unusable (not finite, or all coinciding). Bit-identical to estimating each alone."""
         fits = [None] * len(targets)
-        given = [None if t is None else t.get(self.key) for t in targets]
-        if given and all(isinstance(v, np.ndarray) and v.shape == (5, 2) for v in given):
-            # Every sample's landmarks an array [5, 2] (a face dataset's usual case): stacked and
-            # converted at once rather than sample by sample.
-            have, stack = list(range(len(given))), np.stack(given).astype(np.float64)
+        stack = stacked_arrays([None if t is None else t.get(self.key) for t in targets])
+        if stack is not None and stack.shape[1:] == (5, 2):  # every sample's landmarks an array [5, 2]
+            have, stack = list(range(len(targets))), stack.astype(np.float64)
         else:
             pts = [self._landmarks(t) for t in targets]
             have = [k for k, p in enumerate(pts) if p is not None]

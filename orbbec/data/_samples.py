@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import default_collate
 
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
+from ..augment._targets import stacked_arrays
 from ..common import ArgumentError
 from ..io._buffers import with_height
 from ._items import (BOX_ALIGNED_KEYS, BOX_KEYS, INSTANCE_MASK_KEYS, LANDMARK_KEYS, POINT_KEYS, image_source,
@@ -163,11 +164,10 @@ def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bo
 
 def _stacked_points(values) -> "torch.Tensor | None":
     """The samples' points as one float32 tensor [n, K, D], or None when they are not all 2-D of one
-    shape. numpy arrays (a face dataset's usual landmarks) are stacked and converted at once: one
-    conversion per sample cost a face batch's worker about a tenth of its time."""
-    first = values[0]
-    if isinstance(first, np.ndarray) and all(isinstance(v, np.ndarray) and v.shape == first.shape for v in values):
-        return torch.from_numpy(np.stack(values).astype(np.float32)) if first.ndim == 2 else None
+    shape (numpy arrays of one shape are converted at once: stacked_arrays)."""
+    same = stacked_arrays(values)
+    if same is not None:
+        return torch.from_numpy(same.astype(np.float32)) if same.ndim == 3 else None
     pts = [torch.as_tensor(v, dtype=torch.float32) for v in values]
     if pts[0].dim() == 2 and all(p.shape == pts[0].shape for p in pts):
         return torch.stack(pts)
