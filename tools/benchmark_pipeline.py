@@ -197,10 +197,15 @@ def rows_decoded(workload, items, n=2048):
 def run_decode_only(workload, items, batch, seconds, workers):
     """The GPU decoder alone, driven as the loader drives it: each batch started before the one
     before it is taken (start_decode), from bytes already in memory."""
+    files = [it["image"] for it in items]
+    return decode_one_ahead([files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)], seconds)
+
+
+def decode_one_ahead(batches, seconds):
+    """images/s (and host cores busy) of the GPU decoder on `batches` in turn (lists of encoded
+    images or orbbec.io.PackedImages), each started before the one before it is taken."""
     from workloads import DecodeOneAhead
 
-    files = [it["image"] for it in items]
-    batches = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
     state = {"i": 0}
     ahead = DecodeOneAhead()
 

@@ -22,8 +22,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from benchmark_pipeline import (build_data, forever, measure, orbbec_transform, proc_stat, rows_to_decode_of,  # noqa: E402
-                                run_decode_only)
+from benchmark_pipeline import (build_data, decode_one_ahead, forever, measure, orbbec_transform, proc_stat,  # noqa: E402
+                                rows_to_decode_of, run_decode_only)
 
 
 def _proc_cpu(pid, task=None):
@@ -81,8 +81,8 @@ def wait_summary():
     w = np.array([x for x, _ in WAITS]) * 1e3
     long = w > 5.0
     by_worker = {}
-    for x, k in WAITS:
-        if x > 0.005:
+    for (_, k), is_long in zip(WAITS, long):
+        if is_long:
             by_worker[k] = by_worker.get(k, 0) + 1
     return (f"waits for the workers over {len(w)} batches (ms): mean {w.mean():.2f}, p50 {np.median(w):.3f}, "
             f"p90 {np.percentile(w, 90):.2f}, p99 {np.percentile(w, 99):.2f}, max {w.max():.1f}; "
@@ -162,7 +162,7 @@ def run_decode_packed(items, batch, seconds, pinned):
     (as the loader's slots are) or pageable; driven one batch ahead, as run_decode_only drives it."""
     import torch
     from orbbec.io import PackedImages
-    from workloads import DecodeOneAhead, pack_jpegs
+    from workloads import pack_jpegs
 
     files = [it["image"] for it in items]
     packed = []
@@ -170,14 +170,7 @@ def run_decode_packed(items, batch, seconds, pinned):
         flat, offsets = pack_jpegs(files[k:k + batch])
         t = torch.from_numpy(flat)
         packed.append(PackedImages((t.pin_memory() if pinned else t).numpy(), offsets))
-    state = {"i": 0}
-    ahead = DecodeOneAhead()
-
-    def step():
-        b = packed[state["i"] % len(packed)]
-        state["i"] += 1
-        return ahead(b)
-    return measure(step, seconds)
+    return decode_one_ahead(packed, seconds)
 
 
 def host_ms_per_call(before):
