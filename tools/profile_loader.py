@@ -175,6 +175,11 @@ def steps(args, items, transform):
     modes = {"synthetic": ("synthetic data on the GPU", synthetic),
              "dataloader": (f"DataLoader, {args.workers} workers", dataloader),
              "orbbec": (f"orbbec GPULoader, {args.orbbec_workers} workers", orbbec)}
+    if args.train_priority is not None:
+        s = torch.cuda.Stream(priority=args.train_priority)
+        print(f"  (training on a stream of priority {s.priority})")
+        torch.cuda.synchronize()  # the model was made on the default stream
+        torch.cuda.set_stream(s)
     feeds = {}  # a mode named twice (--modes synthetic,orbbec,synthetic,orbbec) goes on with its feed
     for name in args.modes.split(","):
         label, source = modes[name]
@@ -183,12 +188,16 @@ def steps(args, items, transform):
                 decoder_alone(items, args.batch_size)
             feeds[name] = source()
         host0 = _decoder_host_seconds() if source is orbbec else None
+        mem0 = _decoder_memory_calls() if source is orbbec else None
         rate, step_ms, gap_ms = timed_steps(feeds[name], train, args.warmup, args.steps, args.sync_each_step)
         print(f"  {label:34s} {rate:8,.0f} images/s   GPU per step {step_ms:6.1f} ms, "
               f"gap between steps {gap_ms:5.2f} ms", flush=True)
         if source is orbbec and ld is not None:
             print(f"    orbbec loader, seconds per batch: {ld.timing()}", flush=True)
             _print_decoder_phases("beside the training step", host0, _decoder_host_seconds())
+            mem1 = _decoder_memory_calls()
+            print("    nvJPEG's memory calls over this run of the mode (warm-up steps included): "
+                  + ", ".join(f"{k} {mem1[k] - mem0.get(k, 0)}" for k in mem1), flush=True)
 
 
 def timed_steps(feed, train, warmup, steps, sync_each_step):
@@ -221,6 +230,12 @@ def _decoder_host_seconds():
     from orbbec.io import decoder_stats
 
     return decoder_stats()["host_seconds"]
+
+
+def _decoder_memory_calls():
+    from orbbec.io import decoder_stats
+
+    return decoder_stats().get("memory_calls", {})
 
 
 def _print_decoder_phases(label, before, after):
@@ -273,6 +288,8 @@ def main():
     ap.add_argument("--decoder", choices=("default", "training"), default="default",
                     help="training: orbbec.io.configure_decoder(hardware_engine=False, threads=6), the setting "
                          "docs/data.md gives for a loader beside a training step")
+    ap.add_argument("--train-priority", type=int, default=None,
+                    help="run every mode's training step on a stream of this CUDA priority (lower is higher)")
     ap.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval (seconds)")
     args = ap.parse_args()
     if args.switch_interval:

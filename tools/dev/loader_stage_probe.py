@@ -57,20 +57,74 @@ class CpuClock:
 
 
 WAITS = []  # (seconds the decoding thread waited for the batch, its worker) per batch, timed window
+READY = []  # batches already received when the decoding thread came for its next one
+FRESH = {}  # worker -> batches whose slot's tensor travelled with them (new, grown or reclaimed)
+ARRIVALS = []  # (seconds the receiving thread waited for the DataLoader's next batch, its worker)
 
 
 def record_waits():
     """Records each batch's wait for the workers (loader.timing() gives only the mean), so that a
-    steady lag is told from rare long stalls, and a slow worker from all of them."""
+    steady lag is told from rare long stalls, and a slow worker from all of them; with it how full
+    the received queue was when the decoding thread came for a batch (empty: the receiving side is
+    the limit; full: a stall is the decoder's own), the slots whose tensor travelled with their batch
+    (a fresh shared-memory file: torch's handshake with the worker, then page-locking here), and the
+    receiving thread's wait for each batch."""
+    import orbbec.data._shared as shared
     import orbbec.data._stream as stream
 
-    finish = stream.GpuStream._finish
+    finish, items, attach = stream.GpuStream._finish, stream.GpuStream._items, shared.SlotTable.attach
+    start_workers = stream.start_workers
 
     def wrapped(self, batch, started, waited):
         if MARKS.get("timing"):
             WAITS.append((waited, None if batch.slot is None else batch.slot[0]))
         return finish(self, batch, started, waited)
+
+    def counted_items(self, q):
+        source = items(self, q)
+        while True:
+            if q is self.received and MARKS.get("timing"):
+                READY.append(q.qsize())
+            try:
+                item = next(source)
+            except StopIteration:
+                return
+            yield item
+
+    def counted_attach(self, worker, slot, tensor):
+        if tensor is not None and MARKS.get("timing"):
+            FRESH[worker] = FRESH.get(worker, 0) + 1
+        return attach(self, worker, slot, tensor)
+
+    def timed_workers(reader):
+        source = start_workers(reader)
+
+        def timed():
+            while True:
+                t = time.perf_counter()
+                try:
+                    batch = next(source)
+                except StopIteration:
+                    return
+                if MARKS.get("timing"):
+                    ARRIVALS.append((time.perf_counter() - t, None if batch.slot is None else batch.slot[0]))
+                yield batch
+        return timed()
     stream.GpuStream._finish = wrapped
+    stream.GpuStream._items = counted_items
+    shared.SlotTable.attach = counted_attach
+    stream.start_workers = timed_workers
+
+
+def _long_by_worker(pairs, over_ms=5.0):
+    import numpy as np
+
+    w = np.array([x for x, _ in pairs]) * 1e3
+    by_worker = {}
+    for (_, k), is_long in zip(pairs, w > over_ms):
+        if is_long:
+            by_worker[k] = by_worker.get(k, 0) + 1
+    return w, dict(sorted(by_worker.items(), key=str))
 
 
 def wait_summary():
@@ -78,16 +132,18 @@ def wait_summary():
 
     if not WAITS:
         return "no batches"
-    w = np.array([x for x, _ in WAITS]) * 1e3
+    w, by_worker = _long_by_worker(WAITS)
     long = w > 5.0
-    by_worker = {}
-    for (_, k), is_long in zip(WAITS, long):
-        if is_long:
-            by_worker[k] = by_worker.get(k, 0) + 1
+    ready = np.bincount(np.array(READY, dtype=np.int64)) if READY else []
+    a, a_by_worker = _long_by_worker(ARRIVALS) if ARRIVALS else (np.zeros(1), {})
     return (f"waits for the workers over {len(w)} batches (ms): mean {w.mean():.2f}, p50 {np.median(w):.3f}, "
             f"p90 {np.percentile(w, 90):.2f}, p99 {np.percentile(w, 99):.2f}, max {w.max():.1f}; "
             f"waits over 5 ms: {long.sum()}, {w[long].sum() / max(w.sum(), 1e-9):.0%} of the time waited; "
-            f"by worker (slot's; None: no slot): {dict(sorted(by_worker.items(), key=str))}")
+            f"by worker (slot's; None: no slot): {by_worker}\n"
+            f"    batches ready when the decoding thread came (count by queue length): {list(ready)}\n"
+            f"    receiving thread's wait for the DataLoader's next batch (ms): mean {a.mean():.2f}, "
+            f"p99 {np.percentile(a, 99):.2f}, max {a.max():.1f}, over 5 ms by worker {a_by_worker}\n"
+            f"    slots whose tensor travelled with the batch, by worker: {dict(sorted(FRESH.items()))}")
 
 
 STEPS = {}  # step name -> (CPU seconds, calls) since the clock started
@@ -198,6 +254,9 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_core
         loader.timing(reset=True)
         STEPS.clear()
         WAITS.clear()
+        READY.clear()
+        ARRIVALS.clear()
+        FRESH.clear()
         MARKS["timing"] = True
         MARKS["n"] = 0
         pids = [w.pid for w in getattr(loader._reader._iterator, "_workers", [])]

@@ -392,6 +392,15 @@ py::dict stats(int device) {
   host["lane_submit"] = h.lane_submit;
   host["hybrid"] = h.hybrid;
   d["host_seconds"] = host;
+  const DecoderMemoryCalls& m = s.memory;
+  py::dict memory;
+  memory["device_allocs"] = m.device_allocs;
+  memory["device_frees"] = m.device_frees;
+  memory["pinned_allocs"] = m.pinned_allocs;
+  memory["pinned_frees"] = m.pinned_frees;
+  memory["lane_initializations"] = m.lane_initializations;
+  memory["lane_preallocations"] = m.lane_preallocations;
+  d["memory_calls"] = memory;
   return d;
 }
 

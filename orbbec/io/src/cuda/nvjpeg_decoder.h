@@ -73,12 +73,20 @@ struct DecoderHostTime {
   double lane_wait = 0, lane_submit = 0, hybrid = 0;
 };
 
+// nvJPEG's allocations and frees (device and pinned, all decoders of the process), and the lanes'
+// re-initialisations and preallocations (see nvjpeg_memory.h).
+struct DecoderMemoryCalls {
+  int64_t device_allocs = 0, device_frees = 0, pinned_allocs = 0, pinned_frees = 0;
+  int64_t lane_initializations = 0, lane_preallocations = 0;
+};
+
 struct DecoderStats {
   int64_t hardware_images = 0, hybrid_images = 0, hardware_batches_failed = 0;
   double hardware_pixels_per_s = 0, hybrid_pixels_per_s = 0;
   int threads = 0;
   bool hardware_available = false;
   DecoderHostTime host_time;
+  DecoderMemoryCalls memory;
 };
 DecoderStats decoder_stats(int device);
 

@@ -1,0 +1,54 @@
+// nvJPEG's device and pinned allocations, counted. nvJPEG frees and allocates its buffers with
+// cudaFree / cudaFreeHost when a batch needs more than its state holds (larger images, another batch
+// size), and those calls wait for the whole device: beside a training step they stall the step's
+// launches. The counts tell whether that happens in the steady state; the allocations themselves are
+// the defaults nvJPEG would make (cudaMalloc, cudaHostAlloc).
+#pragma once
+#ifdef WITH_NVJPEG
+#include <atomic>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+#include <nvjpeg.h>
+
+namespace orbbec {
+namespace io {
+
+struct NvjpegMemoryCalls {
+  std::atomic<int64_t> device_allocs{0}, device_frees{0}, pinned_allocs{0}, pinned_frees{0};
+};
+
+inline NvjpegMemoryCalls& nvjpeg_memory_calls() {
+  static NvjpegMemoryCalls calls;
+  return calls;
+}
+
+inline int counted_device_malloc(void** p, size_t size) {
+  ++nvjpeg_memory_calls().device_allocs;
+  return cudaMalloc(p, size) == cudaSuccess ? 0 : 1;
+}
+inline int counted_device_free(void* p) {
+  ++nvjpeg_memory_calls().device_frees;
+  return cudaFree(p) == cudaSuccess ? 0 : 1;
+}
+inline int counted_pinned_malloc(void** p, size_t size, unsigned int flags) {
+  ++nvjpeg_memory_calls().pinned_allocs;
+  return cudaHostAlloc(p, size, flags) == cudaSuccess ? 0 : 1;
+}
+inline int counted_pinned_free(void* p) {
+  ++nvjpeg_memory_calls().pinned_frees;
+  return cudaFreeHost(p) == cudaSuccess ? 0 : 1;
+}
+
+inline nvjpegDevAllocator_t* counted_device_allocator() {
+  static nvjpegDevAllocator_t a{&counted_device_malloc, &counted_device_free};
+  return &a;
+}
+inline nvjpegPinnedAllocator_t* counted_pinned_allocator() {
+  static nvjpegPinnedAllocator_t a{&counted_pinned_malloc, &counted_pinned_free};
+  return &a;
+}
+
+}  // namespace io
+}  // namespace orbbec
+#endif  // WITH_NVJPEG
