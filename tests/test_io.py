@@ -320,6 +320,28 @@ def test_gpu_both_paths_are_used_and_agree():
 
 
 @requires_nvjpeg
+def test_gpu_decoder_allocates_nothing_in_the_steady_state():
+    # Batches of one size whose images vary in size, as the loader's cut images do: once the first
+    # batches have sized nvJPEG's buffers, no batch makes nvJPEG free or allocate memory (cudaFree
+    # waits for the whole device, a training step included) or re-initialise a hardware lane.
+    rng = np.random.default_rng(5)
+    batches = [[encode(photo(int(rng.integers(1 << 20)), (int(rng.integers(200, 480)), int(rng.integers(200, 640)))))
+                for _ in range(48)] for _ in range(3)]
+    for _ in range(2):
+        for b in batches:
+            decode_jpeg(b)
+    torch.cuda.synchronize()
+    before = oio.decoder_stats()["memory_calls"]
+    for _ in range(3):
+        for b in batches:
+            decode_jpeg(b)
+    torch.cuda.synchronize()
+    after = oio.decoder_stats()["memory_calls"]
+    assert set(after) == {"device_allocs", "device_frees", "pinned_allocs", "pinned_frees", "lane_initializations"}
+    assert after == before, (before, after)
+
+
+@requires_nvjpeg
 def test_gpu_same_batch_same_bits_when_shared_between_paths():
     # Batches of large images leave a share to the hybrid path; which images take it depends on the
     # batch alone, so decoding the same batch gives the same bits every time, whatever ran between.

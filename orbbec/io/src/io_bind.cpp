@@ -399,7 +399,6 @@ py::dict stats(int device) {
   memory["pinned_allocs"] = m.pinned_allocs;
   memory["pinned_frees"] = m.pinned_frees;
   memory["lane_initializations"] = m.lane_initializations;
-  memory["lane_preallocations"] = m.lane_preallocations;
   d["memory_calls"] = memory;
   return d;
 }

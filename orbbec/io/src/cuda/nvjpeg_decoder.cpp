@@ -95,8 +95,6 @@ struct HwLane {
   nvjpegOutputFormat_t format = NVJPEG_OUTPUT_UNCHANGED;
   std::vector<nvjpegDecodeParams_t> params;
   cudaEvent_t end = nullptr;
-  // What the state was preallocated for (nvjpegDecodeBatchedPreAllocate): batch, width, height.
-  int pre_batch = 0, pre_width = 0, pre_height = 0;
 };
 
 int default_threads() {
@@ -190,8 +188,6 @@ class Decoder {
     // ORBBEC_NVJPEG_ENGINE_TURNS=0: a batch's engine submissions need not wait for the previous
     // batch's (for comparison; see SubmitLatch).
     if (const char* t = std::getenv("ORBBEC_NVJPEG_ENGINE_TURNS")) engine_turns_ = std::atoi(t) != 0;
-    // ORBBEC_NVJPEG_PREALLOCATE=0: the lanes' states size themselves batch by batch (see preallocate).
-    if (const char* p = std::getenv("ORBBEC_NVJPEG_PREALLOCATE")) preallocate_ = std::atoi(p) != 0;
     if (hw_handle_) {
       // Twice the lanes one call uses, so that consecutive calls alternate (see begin());
       // ORBBEC_NVJPEG_LANE_SETS=3: three times (a lane then waits for the call three back).
@@ -271,7 +267,6 @@ class Decoder {
   // Both add their host time on hybrid images to `hybrid_seconds`.
   void decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, DecodedImage& out, double& hybrid_seconds);
   void decode_hardware(Worker& w, HwLane& lane, Batch& b, int job, double& hybrid_seconds);
-  void preallocate(HwLane& lane, const Batch& b, const std::vector<size_t>& chunk, nvjpegOutputFormat_t format);
 
   int device_;
   nvjpegHandle_t handle_ = nullptr, hw_handle_ = nullptr;
@@ -290,8 +285,7 @@ class Decoder {
   double hardware_rate_, hybrid_rate_per_thread_;
   int64_t hardware_images_ = 0, hybrid_images_ = 0;
   std::atomic<int64_t> hardware_failures_{0};
-  std::atomic<int64_t> lane_initializations_{0}, lane_preallocations_{0};
-  std::atomic<bool> preallocate_{true};
+  std::atomic<int64_t> lane_initializations_{0};
   int max_lanes_ = 3;
   size_t next_lane_ = 0;  // the lane the next call's first hardware batch takes
   bool split_ = false;
@@ -404,34 +398,6 @@ void Decoder::decode_hybrid(Worker& w, const EncodedImage& in, JpegMode mode, De
   hybrid_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A lane's state is sized ahead for the largest batch and image it has met, with headroom: left to
-// itself, the hardware backend frees and allocates device memory whenever a batch needs more than
-// the last (the loader's cut images vary in height from batch to batch), and cudaFree waits for the
-// whole device, the training step's kernels included. Grows only, so it settles after a few batches.
-void Decoder::preallocate(HwLane& lane, const Batch& b, const std::vector<size_t>& chunk,
-                          nvjpegOutputFormat_t format) {
-  int width = 0, height = 0;
-  for (size_t i : chunk) {
-    const at::Tensor& img = b.out[i].image;
-    height = std::max(height, static_cast<int>(img.size(0)));
-    width = std::max(width, static_cast<int>(img.size(1)));
-  }
-  const int n = static_cast<int>(chunk.size());
-  if (n <= lane.pre_batch && width <= lane.pre_width && height <= lane.pre_height) return;
-  auto ahead = [](int need, int had) { return std::max(had, (need + need / 8 + 127) / 128 * 128); };
-  const int pb = std::max(lane.pre_batch, n), pw = ahead(width, lane.pre_width), ph = ahead(height, lane.pre_height);
-  if (nvjpegDecodeBatchedPreAllocate(hw_handle_, lane.state, pb, pw, ph, NVJPEG_CSS_444, format) ==
-      NVJPEG_STATUS_SUCCESS) {
-    lane.pre_batch = pb;
-    lane.pre_width = pw;
-    lane.pre_height = ph;
-    lane.batch = 0;  // initialised again on the preallocated memory
-    ++lane_preallocations_;
-  } else {
-    preallocate_ = false;  // not supported here: the state sizes itself as before
-  }
-}
-
 void Decoder::decode_hardware(Worker& w, HwLane& lane, Batch& b, int job, double& hybrid_seconds) {
   std::lock_guard<std::mutex> lane_lock(lane.busy);
   const std::vector<size_t>& chunk = b.chunks[job];
@@ -468,7 +434,6 @@ void Decoder::decode_hardware(Worker& w, HwLane& lane, Batch& b, int job, double
   lane_wait_ns_ += nanoseconds_since(wait_start);
   const auto submit_start = Clock::now();
   nvjpegStatus_t s = NVJPEG_STATUS_SUCCESS;
-  if (preallocate_) preallocate(lane, b, chunk, format);
   if (lane.batch != n || lane.format != format) {
     ++lane_initializations_;
     s = nvjpegDecodeBatchedInitialize(hw_handle_, lane.state, n, 1, format);
@@ -712,7 +677,7 @@ DecoderStats Decoder::stats() const {
   s.hardware_batches_failed = hardware_failures_;
   NvjpegMemoryCalls& m = nvjpeg_memory_calls();
   s.memory = {m.device_allocs.load(), m.device_frees.load(), m.pinned_allocs.load(), m.pinned_frees.load(),
-              lane_initializations_.load(), lane_preallocations_.load()};
+              lane_initializations_.load()};
   {
     std::lock_guard<std::mutex> lock(mutex_);  // the calls update these under it
     s.hardware_images = hardware_images_;

@@ -73,11 +73,11 @@ struct DecoderHostTime {
   double lane_wait = 0, lane_submit = 0, hybrid = 0;
 };
 
-// nvJPEG's allocations and frees (device and pinned, all decoders of the process), and the lanes'
-// re-initialisations and preallocations (see nvjpeg_memory.h).
+// nvJPEG's allocations and frees (device and pinned, all decoders of the process), and the hardware
+// lanes' re-initialisations (nvjpegDecodeBatchedInitialize, when a lane's batch size changes).
 struct DecoderMemoryCalls {
   int64_t device_allocs = 0, device_frees = 0, pinned_allocs = 0, pinned_frees = 0;
-  int64_t lane_initializations = 0, lane_preallocations = 0;
+  int64_t lane_initializations = 0;
 };
 
 struct DecoderStats {

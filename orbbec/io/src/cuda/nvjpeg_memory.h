@@ -1,8 +1,9 @@
 // nvJPEG's device and pinned allocations, counted. nvJPEG frees and allocates its buffers with
 // cudaFree / cudaFreeHost when a batch needs more than its state holds (larger images, another batch
-// size), and those calls wait for the whole device: beside a training step they stall the step's
-// launches. The counts tell whether that happens in the steady state; the allocations themselves are
-// the defaults nvJPEG would make (cudaMalloc, cudaHostAlloc).
+// size), and those calls wait for the whole device, a training step's kernels included. The counts
+// (decoder_stats()["memory_calls"]) tell whether that happens in the steady state: it did not beside
+// the ResNet-50 step (docs/dev/decode.md), and a test keeps it so. The allocations themselves are the
+// ones nvJPEG makes by default (cudaMalloc, cudaHostAlloc).
 #pragma once
 #ifdef WITH_NVJPEG
 #include <atomic>
