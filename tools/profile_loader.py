@@ -187,15 +187,15 @@ def steps(args, items, transform):
             if source is orbbec:
                 decoder_alone(items, args.batch_size)
             feeds[name] = source()
-        host0 = _decoder_host_seconds() if source is orbbec else None
-        mem0 = _decoder_memory_calls() if source is orbbec else None
+        stats0 = _decoder_stats() if source is orbbec else None
         rate, step_ms, gap_ms = timed_steps(feeds[name], train, args.warmup, args.steps, args.sync_each_step)
         print(f"  {label:34s} {rate:8,.0f} images/s   GPU per step {step_ms:6.1f} ms, "
               f"gap between steps {gap_ms:5.2f} ms", flush=True)
         if source is orbbec and ld is not None:
             print(f"    orbbec loader, seconds per batch: {ld.timing()}", flush=True)
-            _print_decoder_phases("beside the training step", host0, _decoder_host_seconds())
-            mem1 = _decoder_memory_calls()
+            stats1 = _decoder_stats()
+            _print_decoder_phases("beside the training step", stats0["host_seconds"], stats1["host_seconds"])
+            mem0, mem1 = stats0.get("memory_calls", {}), stats1.get("memory_calls", {})
             print("    nvJPEG's memory calls over this run of the mode (warm-up steps included): "
                   + ", ".join(f"{k} {mem1[k] - mem0.get(k, 0)}" for k in mem1), flush=True)
 
@@ -226,16 +226,10 @@ def timed_steps(feed, train, warmup, steps, sync_each_step):
     return rate, step_ms, gap_ms
 
 
-def _decoder_host_seconds():
+def _decoder_stats():
     from orbbec.io import decoder_stats
 
-    return decoder_stats()["host_seconds"]
-
-
-def _decoder_memory_calls():
-    from orbbec.io import decoder_stats
-
-    return decoder_stats().get("memory_calls", {})
+    return decoder_stats()
 
 
 def _print_decoder_phases(label, before, after):
@@ -262,11 +256,11 @@ def decoder_alone(items, batch, calls=20):
     for b in batches:
         decode_jpeg(b)
     torch.cuda.synchronize()
-    before = _decoder_host_seconds()
+    before = _decoder_stats()["host_seconds"]
     for k in range(calls):
         decode_jpeg(batches[k % len(batches)])
     torch.cuda.synchronize()
-    _print_decoder_phases("alone", before, _decoder_host_seconds())
+    _print_decoder_phases("alone", before, _decoder_stats()["host_seconds"])
 
 
 def main():

@@ -116,15 +116,20 @@ def record_waits():
     stream.start_workers = timed_workers
 
 
-def _long_by_worker(pairs, over_ms=5.0):
+LONG_MS = 5.0  # a wait this long or longer is a stall
+
+
+def _long_by_worker(pairs):
+    """(waits in ms, which of them are long, the long ones counted by worker) of (seconds, worker) pairs."""
     import numpy as np
 
     w = np.array([x for x, _ in pairs]) * 1e3
+    long = w > LONG_MS
     by_worker = {}
-    for (_, k), is_long in zip(pairs, w > over_ms):
+    for (_, k), is_long in zip(pairs, long):
         if is_long:
             by_worker[k] = by_worker.get(k, 0) + 1
-    return w, dict(sorted(by_worker.items(), key=str))
+    return w, long, dict(sorted(by_worker.items(), key=str))
 
 
 def wait_summary():
@@ -132,17 +137,16 @@ def wait_summary():
 
     if not WAITS:
         return "no batches"
-    w, by_worker = _long_by_worker(WAITS)
-    long = w > 5.0
-    ready = np.bincount(np.array(READY, dtype=np.int64)) if READY else []
-    a, a_by_worker = _long_by_worker(ARRIVALS) if ARRIVALS else (np.zeros(1), {})
+    w, long, by_worker = _long_by_worker(WAITS)
+    ready = np.bincount(np.array(READY, dtype=np.int64)).tolist() if READY else []
+    a, _, a_by_worker = _long_by_worker(ARRIVALS) if ARRIVALS else (np.zeros(1), None, {})
     return (f"waits for the workers over {len(w)} batches (ms): mean {w.mean():.2f}, p50 {np.median(w):.3f}, "
             f"p90 {np.percentile(w, 90):.2f}, p99 {np.percentile(w, 99):.2f}, max {w.max():.1f}; "
-            f"waits over 5 ms: {long.sum()}, {w[long].sum() / max(w.sum(), 1e-9):.0%} of the time waited; "
+            f"waits over {LONG_MS:g} ms: {long.sum()}, {w[long].sum() / max(w.sum(), 1e-9):.0%} of the time waited; "
             f"by worker (slot's; None: no slot): {by_worker}\n"
-            f"    batches ready when the decoding thread came (count by queue length): {list(ready)}\n"
+            f"    batches ready when the decoding thread came (count by queue length): {ready}\n"
             f"    receiving thread's wait for the DataLoader's next batch (ms): mean {a.mean():.2f}, "
-            f"p99 {np.percentile(a, 99):.2f}, max {a.max():.1f}, over 5 ms by worker {a_by_worker}\n"
+            f"p99 {np.percentile(a, 99):.2f}, max {a.max():.1f}, over {LONG_MS:g} ms by worker {a_by_worker}\n"
             f"    slots whose tensor travelled with the batch, by worker: {dict(sorted(FRESH.items()))}")
 
 
