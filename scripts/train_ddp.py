@@ -11,6 +11,9 @@ Each rank loads its own shard (DistributedSampler's order) onto its own GPU; the
 sample depends on (seed, epoch, index) only, so ranks never repeat each other's draws.
 --checkpoint saves the model, optimiser and loader state every --save-every steps; a run started
 again with the same --checkpoint resumes mid-epoch where it stopped.
+--decoder training (the default here) sets the GPU decoder for a loader beside a training step that
+needs far fewer images per second than the decoder gives (docs/data.md, "Beside a training step");
+--decoder default keeps the throughput setting, for a model fast enough to wait for its input.
 """
 from __future__ import annotations
 
@@ -60,7 +63,13 @@ def main():
     ap.add_argument("--images", type=int, default=None, help="use the first N images of the built-in set")
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--save-every", type=int, default=50)
+    ap.add_argument("--decoder", choices=("training", "default"), default="training",
+                    help="training: orbbec.io.configure_decoder(hardware_engine=False, threads=6)")
     args = ap.parse_args()
+    if args.decoder == "training":
+        import orbbec.io
+
+        orbbec.io.configure_decoder(hardware_engine=False, threads=6)  # before the first GPU decode
 
     import orbbec.augment as A
     from orbbec.data import GPULoader

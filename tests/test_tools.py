@@ -7,6 +7,8 @@ from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from benchmark_pipeline import median_run, run_child, workers_for, write_markdown  # noqa: E402
+from gpu_clocks import parse_rows, summarize  # noqa: E402
+from profile_loader import loader_advice  # noqa: E402
 
 _PRELUDE = ("import faulthandler, os, signal, subprocess, sys, time\n"
             "faulthandler.register(signal.SIGUSR1, all_threads=True)\n")
@@ -79,3 +81,30 @@ def test_benchmark_workers_per_workload():
     assert workers_for("9,face=12", "face") == 12
     assert workers_for("9,face=12", "det") == 9
     assert workers_for("6,face=12,det=4", "det") == 4
+
+
+def test_gpu_clock_samples_are_read_and_summed_up():
+    """nvidia-smi's csv lines (clock, power, limit, temperature, reasons bitmask) become the mean
+    clock, the lowest one and the share of samples at the power cap; lines it could not fill
+    ([N/A], a cut line) are dropped, and no samples give no summary."""
+    rows = parse_rows("1980, 600.5, 700.00, 60, 0x0000000000000000\n"
+                      "1500, 699.0, 700.00, 62, 0x0000000000000004\n"
+                      "[N/A], 650.0, 700.00, 61, 0x0\n"
+                      "1700, 650.0\n"
+                      "1740, 690.0, 700.00, 64, 0x0000000000000024\n")
+    assert [r[0] for r in rows] == [1980.0, 1500.0, 1740.0]
+    text = summarize(rows)
+    assert "SM clock 1,740 MHz (min 1,500)" in text
+    assert "power cap in 67%" in text and "thermal in 33%" in text and "of 3 samples" in text
+    assert summarize([]) is None
+
+
+def test_profile_loader_advice_follows_the_measured_share():
+    """The advice names the training setting only when the default decoder cost the step more than
+    5%, and says the loader is behind only when the training setting did."""
+    assert loader_advice([6000.0, 6100.0], [5900.0, 5950.0], "default").endswith("synthetic data.")
+    slow = loader_advice([6000.0, 6200.0], [5400.0, 5580.0], "default")
+    assert "at 90% of" in slow and "--decoder training" in slow
+    behind = loader_advice([6000.0], [5000.0], "training")
+    assert "at 83% of" in behind and "keep the default decoder" in behind
+    assert loader_advice(None, [5000.0], "default") is None

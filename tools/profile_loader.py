@@ -109,22 +109,25 @@ def stages(items, transform, batch, workers):
           "normalise and the copy to the GPU, leaving read (and parameter drawing) to the workers.")
 
 
-def training_step(model_name, dev, fused=False):
+def training_step(model_name, dev, fused=False, compile_mode=None):
     """One training step of a torchvision model (AMP float16 with GradScaler, channels_last, SGD) as
     a function of the batch (x, y); the model and optimiser live in it. With the unfused SGD,
     GradScaler.step syncs the host (it reads the check for infinities); the fused one takes the check
-    on the GPU."""
+    on the GPU. `compile_mode` compiles the model with torch.compile (reduce-overhead: inductor's
+    kernels replayed as CUDA graphs, so the host launches a few graphs per step instead of hundreds
+    of kernels)."""
     import torch
     import torchvision
 
     model = getattr(torchvision.models, model_name)().to(dev, memory_format=torch.channels_last)
+    net = torch.compile(model, mode=compile_mode) if compile_mode else model
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=fused)
     scaler = torch.amp.GradScaler()
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def step(x, y):
         with torch.autocast("cuda", dtype=torch.float16):
-            loss = loss_fn(model(x.contiguous(memory_format=torch.channels_last)), y)
+            loss = loss_fn(net(x.contiguous(memory_format=torch.channels_last)), y)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -149,7 +152,7 @@ def steps(args, items, transform):
 
     dev = torch.device("cuda")
     ld = None
-    train = training_step(args.model, dev, fused=args.optimizer == "sgd-fused")
+    train = training_step(args.model, dev, fused=args.optimizer == "sgd-fused", compile_mode=args.compile)
 
     def synthetic():
         return synthetic_batches(args.batch_size, dev)
@@ -171,7 +174,9 @@ def steps(args, items, transform):
                 yield x, y.to(dev, non_blocking=True)
 
     sync = "the host synced every step" if args.sync_each_step else "one host sync at the end"
-    print(f"\nTraining steps: {args.model}, batch {args.batch_size}, AMP, channels_last, {args.optimizer}, {sync}")
+    compiled = f", torch.compile(mode={args.compile!r})" if args.compile else ""
+    print(f"\nTraining steps: {args.model}, batch {args.batch_size}, AMP, channels_last, {args.optimizer}, {sync}"
+          f"{compiled}")
     modes = {"synthetic": ("synthetic data on the GPU", synthetic),
              "dataloader": (f"DataLoader, {args.workers} workers", dataloader),
              "orbbec": (f"orbbec GPULoader, {args.orbbec_workers} workers", orbbec)}
@@ -181,6 +186,7 @@ def steps(args, items, transform):
         torch.cuda.synchronize()  # the model was made on the default stream
         torch.cuda.set_stream(s)
     feeds = {}  # a mode named twice (--modes synthetic,orbbec,synthetic,orbbec) goes on with its feed
+    rates = {}
     for name in args.modes.split(","):
         label, source = modes[name]
         if name not in feeds:
@@ -188,9 +194,13 @@ def steps(args, items, transform):
                 decoder_alone(items, args.batch_size)
             feeds[name] = source()
         stats0 = _decoder_stats() if source is orbbec else None
-        rate, step_ms, gap_ms = timed_steps(feeds[name], train, args.warmup, args.steps, args.sync_each_step)
+        rate, step_ms, gap_ms, clocks = timed_steps(feeds[name], train, args.warmup, args.steps,
+                                                    args.sync_each_step)
+        rates.setdefault(name, []).append(rate)
         print(f"  {label:34s} {rate:8,.0f} images/s   GPU per step {step_ms:6.1f} ms, "
               f"gap between steps {gap_ms:5.2f} ms", flush=True)
+        if clocks:
+            print(f"    the GPU over the timed steps: {clocks}", flush=True)
         if source is orbbec and ld is not None:
             print(f"    orbbec loader, seconds per batch: {ld.timing()}", flush=True)
             stats1 = _decoder_stats()
@@ -198,12 +208,34 @@ def steps(args, items, transform):
             mem0, mem1 = stats0.get("memory_calls", {}), stats1.get("memory_calls", {})
             print("    nvJPEG's memory calls over this run of the mode (warm-up steps included): "
                   + ", ".join(f"{k} {mem1[k] - mem0.get(k, 0)}" for k in mem1), flush=True)
+    advice = loader_advice(rates.get("synthetic"), rates.get("orbbec"), args.decoder)
+    if advice:
+        print("\n" + advice)
+
+
+def loader_advice(synthetic, orbbec, decoder):
+    """What to change, from the mean images/s of the step on synthetic data and fed by orbbec's
+    loader (lists, one rate per timed run of the mode), and the decoder setting used."""
+    if not synthetic or not orbbec:
+        return None
+    share = np.mean(orbbec) / np.mean(synthetic)
+    head = f"orbbec's loader fed the step at {share:.0%} of its speed on synthetic data"
+    if share >= 0.95:
+        return head + "."
+    if decoder == "default":
+        return (head + ". With the default decoder the hardware engine's and its threads' work slows the "
+                "step; try --decoder training (orbbec.io.configure_decoder(hardware_engine=False, threads=6) "
+                "in your script), docs/data.md, 'Beside a training step'.")
+    return (head + " with the training setting. If the loader's timing() shows little waiting for the "
+            "consumer, the loader is behind the step: keep the default decoder or add workers.")
 
 
 def timed_steps(feed, train, warmup, steps, sync_each_step):
     """images/s over `steps` training steps after `warmup` ones; from events on the training stream,
-    the mean GPU time of a step and the mean gap from one step's end to the next one's start."""
+    the mean GPU time of a step and the mean gap from one step's end to the next one's start; and the
+    GPU's clock and power over those steps (gpu_clocks), or None without nvidia-smi."""
     import torch
+    from gpu_clocks import GpuClocks
 
     for _ in range(warmup):
         train(*next(feed))
@@ -211,19 +243,20 @@ def timed_steps(feed, train, warmup, steps, sync_each_step):
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
     n, t0 = 0, time.perf_counter()
-    for k in range(steps):
-        x, y = next(feed)  # the training stream waits here for the loader's batch: inside the gap
-        starts[k].record()
-        train(x, y)
-        ends[k].record()
-        n += x.shape[0]
-        if sync_each_step:
-            ends[k].synchronize()
-    torch.cuda.synchronize()
+    with GpuClocks(torch.cuda.current_device()) as clocks:
+        for k in range(steps):
+            x, y = next(feed)  # the training stream waits here for the loader's batch: inside the gap
+            starts[k].record()
+            train(x, y)
+            ends[k].record()
+            n += x.shape[0]
+            if sync_each_step:
+                ends[k].synchronize()
+        torch.cuda.synchronize()
     rate = n / (time.perf_counter() - t0)
     step_ms = np.mean([s.elapsed_time(e) for s, e in zip(starts, ends)])
     gap_ms = np.mean([e.elapsed_time(s) for e, s in zip(ends[:-1], starts[1:])])
-    return rate, step_ms, gap_ms
+    return rate, step_ms, gap_ms, clocks.summary()
 
 
 def _decoder_stats():
@@ -278,6 +311,7 @@ def main():
                     help="which feeds of the training step to time, in order; a mode named again is timed again")
     ap.add_argument("--optimizer", choices=("sgd-fused", "sgd"), default="sgd-fused",
                     help="sgd: the unfused SGD, with which GradScaler syncs the host every step")
+    ap.add_argument("--compile", default=None, help="torch.compile the model with this mode (e.g. reduce-overhead)")
     ap.add_argument("--sync-each-step", action="store_true", help="wait for each step's end on the host")
     ap.add_argument("--decoder", choices=("default", "training"), default="default",
                     help="training: orbbec.io.configure_decoder(hardware_engine=False, threads=6), the setting "

@@ -34,6 +34,9 @@ int hardware_lanes(const PathLists& paths, int max_lanes);
 // Images of fewer than `min_pixels` output pixels stay on the engine (the decoder's default:
 // kShareMinPixels).
 constexpr int64_t kShareMinPixels = 1'000'000;
+
+// The bitstream bytes one job of a batch's header parse covers (Decoder::begin).
+constexpr int64_t kParseJobBytes = 1'000'000;
 void share_large_images(const std::vector<ImagePlan>& plans, int hybrid_threads, bool overlapped, PathLists& paths,
                         int64_t min_pixels);
 

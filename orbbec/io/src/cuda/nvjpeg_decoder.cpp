@@ -185,6 +185,8 @@ class Decoder {
     if (const char* o = std::getenv("ORBBEC_NVJPEG_OVERLAP_SHARE")) overlap_share_ = std::atoi(o) != 0;
     // ORBBEC_NVJPEG_SHARE_MIN_PIXELS: the smallest image (output pixels) the share may move.
     if (const char* m = std::getenv("ORBBEC_NVJPEG_SHARE_MIN_PIXELS")) share_min_pixels_ = std::atoll(m);
+    // ORBBEC_PARSE_JOB_BYTES: the bitstream bytes one parse job covers; 0 parses one image per job.
+    if (const char* p = std::getenv("ORBBEC_PARSE_JOB_BYTES")) parse_job_bytes_ = std::atoll(p);
     // ORBBEC_NVJPEG_ENGINE_TURNS=0: a batch's engine submissions need not wait for the previous
     // batch's (for comparison; see SubmitLatch).
     if (const char* t = std::getenv("ORBBEC_NVJPEG_ENGINE_TURNS")) engine_turns_ = std::atoi(t) != 0;
@@ -292,6 +294,7 @@ class Decoder {
   bool share_ = true;
   bool overlap_share_ = true;
   int64_t share_min_pixels_ = kShareMinPixels;
+  int64_t parse_job_bytes_ = kParseJobBytes;
   bool engine_turns_ = true;
   std::shared_ptr<SubmitLatch> last_submitted_;  // the latest batch's, for the next batch to wait on
   std::unique_ptr<EngineClock> engine_clock_;  // with the hardware engine only
@@ -527,7 +530,22 @@ std::shared_ptr<Batch> Decoder::begin(const std::vector<EncodedImage>& images, J
     if (rate > 0) hardware_rate_ = 0.7 * hardware_rate_ + 0.3 * rate;
   }
 
-  pool_->run(n, [&](int w, size_t i) { plan(workers_[w], images[i], mode, plans[i], out[i]); });
+  // Headers are parsed in runs of consecutive images, about parse_job_bytes_ of bitstream each (the
+  // parse scans the whole stream): a batch of small images then wakes a few threads rather than the
+  // whole pool, whose threads would take the cores that the engine's submission and the loader's
+  // workers need, and claim jobs one image at a time under the pool's lock.
+  size_t bytes = 0;
+  for (const auto& im : images) bytes += im.size;
+  const size_t most = std::min<size_t>(n, pool_->size() + 1);
+  const size_t jobs = parse_job_bytes_ <= 0
+                          ? n
+                          : std::min(most, std::max<size_t>(1, bytes / static_cast<size_t>(parse_job_bytes_)));
+  const size_t per_job = jobs == 0 ? 0 : (n + jobs - 1) / jobs;
+  pool_->run(jobs, [&](int w, size_t j) {
+    for (size_t i = j * per_job; i < std::min(n, (j + 1) * per_job); ++i) {
+      plan(workers_[w], images[i], mode, plans[i], out[i]);
+    }
+  });
   b->t_parsed = Clock::now();
 
   // nvJPEG's hardware engine starts writing when nvjpegDecodeBatched is called, not when its stream
