@@ -18,7 +18,8 @@ FIELDS = "clocks.sm,power.draw,power.limit,temperature.gpu,clocks_event_reasons.
 
 
 class GpuClocks:
-    """with GpuClocks(index) as c: ...; c.summary() -> str or None."""
+    """with GpuClocks(index) as c: ...; c.summary() -> str or None. `index` is nvidia-smi's numbering,
+    which is CUDA's unless CUDA_VISIBLE_DEVICES reorders the devices."""
 
     def __init__(self, index: int = 0, period_ms: int = 100):
         self.index, self.period_ms, self.proc, self.rows = index, period_ms, None, []
@@ -56,6 +57,8 @@ def parse_rows(text: str):
 
 
 def summarize(rows):
+    """One line: mean and lowest SM clock, mean power and limit, temperature, and the share of samples
+    held at the power cap or slowed by heat; None without samples."""
     if not rows:
         return None
     a = np.array([r[:4] for r in rows])
