@@ -9,6 +9,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from benchmark_pipeline import median_run, run_child, workers_for, write_markdown  # noqa: E402
 from gpu_clocks import parse_rows, summarize  # noqa: E402
 from profile_loader import loader_advice  # noqa: E402
+from workloads import full_batches  # noqa: E402
 
 _PRELUDE = ("import faulthandler, os, signal, subprocess, sys, time\n"
             "faulthandler.register(signal.SIGUSR1, all_threads=True)\n")
@@ -108,3 +109,9 @@ def test_profile_loader_advice_follows_the_measured_share():
     behind = loader_advice([6000.0], [5000.0], "training")
     assert "at 83% of" in behind and "keep the default decoder" in behind
     assert loader_advice(None, [5000.0], "default") is None
+
+
+def test_full_batches_leave_out_the_last_partial_one():
+    assert full_batches(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5]]
+    assert full_batches(list(range(6)), 3) == [[0, 1, 2], [3, 4, 5]]
+    assert full_batches([1, 2], 3) == []

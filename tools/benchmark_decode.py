@@ -81,9 +81,10 @@ def cv2_processes(files, seconds, procs):
 def peers(files, batch, seconds):
     """name -> images/s, or a string saying why not measured."""
     import torch
+    from workloads import full_batches
 
     out = {}
-    batches = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
+    batches = full_batches(files, batch)
     sync = torch.cuda.synchronize
     try:
         import torchvision
@@ -135,9 +136,9 @@ def orbbec_rates(files, batch, seconds, quick=False):
     import torch
 
     import orbbec.io as oio
-    from workloads import DecodeOneAhead
+    from workloads import DecodeOneAhead, full_batches
 
-    batches = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
+    batches = full_batches(files, batch)
     sync = torch.cuda.synchronize
     dev = torch.device("cuda")
     out = {}
@@ -166,6 +167,7 @@ def roi_rates(files, batch, seconds):
     import torch
 
     import orbbec.io as oio
+    from workloads import full_batches
 
     rng = np.random.default_rng(11)
     w, h = 1920, 1080
@@ -175,7 +177,7 @@ def roi_rates(files, batch, seconds):
         ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
         cw, ch = min(w, int(round(np.sqrt(area * ratio)))), min(h, int(round(np.sqrt(area / ratio))))
         rois.append((int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1)), cw, ch))
-    idx = [list(range(k, k + batch)) for k in range(0, len(files) - batch + 1, batch)]
+    idx = full_batches(list(range(len(files))), batch)
     sync = torch.cuda.synchronize
     full = _rate(lambda b: oio.decode_jpeg([files[i] for i in b]), idx, seconds, sync)
     roi = _rate(lambda b: oio.decode_jpeg([files[i] for i in b], roi=[rois[i] for i in b]), idx, seconds, sync)

@@ -197,8 +197,9 @@ def rows_decoded(workload, items, n=2048):
 def run_decode_only(workload, items, batch, seconds, workers):
     """The GPU decoder alone, driven as the loader drives it: each batch started before the one
     before it is taken (start_decode), from bytes already in memory."""
-    files = [it["image"] for it in items]
-    return decode_one_ahead([files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)], seconds)
+    from workloads import full_batches
+
+    return decode_one_ahead(full_batches([it["image"] for it in items], batch), seconds)
 
 
 def decode_one_ahead(batches, seconds):

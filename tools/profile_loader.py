@@ -283,9 +283,10 @@ def decoder_alone(items, batch, calls=20):
     import torch
 
     from orbbec.io import decode_jpeg
+    from workloads import full_batches
 
     data = [_bytes(x[0]) for x in items[:batch * 4]]
-    batches = [data[k:k + batch] for k in range(0, len(data) - batch + 1, batch)]
+    batches = full_batches(data, batch)
     for b in batches:
         decode_jpeg(b)
     torch.cuda.synchronize()

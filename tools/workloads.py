@@ -149,6 +149,11 @@ def repeat_to_epoch(items: list, batch: int, batches: int = 64) -> list:
     return items * max(1, -(-batches * batch // len(items)))
 
 
+def full_batches(seq, batch: int) -> list:
+    """seq in consecutive batches of `batch`, the last partial one left out."""
+    return [seq[k:k + batch] for k in range(0, len(seq) - batch + 1, batch)]
+
+
 class DecodeOneAhead:
     """Drives orbbec.io.start_decode as orbbec.data's loader does (and as DALI's prefetch queue
     runs): each batch is started before the one before it is taken, so the decoder never waits for

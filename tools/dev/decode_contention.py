@@ -21,14 +21,14 @@ def spin(stop):
 def one(set_name, busy, threads, seconds):
     sys.path.insert(0, os.path.join(HERE, ".."))
     import torch
-    from workloads import JPEG_SETS, jpeg_set
+    from workloads import JPEG_SETS, full_batches, jpeg_set
     from orbbec.io import decode_jpeg, set_decode_threads
 
     if threads:
         set_decode_threads(threads)
     files = jpeg_set(set_name)
     batch = JPEG_SETS[set_name][2]
-    groups = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
+    groups = full_batches(files, batch)
     stop = mp.Event()
     procs = [mp.Process(target=spin, args=(stop,), daemon=True) for _ in range(busy)]
     for p in procs:

@@ -20,7 +20,7 @@ from stacks import save_stacks  # noqa: E402
 
 def child(a):
     import torch
-    from workloads import JPEG_SETS, jpeg_set
+    from workloads import JPEG_SETS, full_batches, jpeg_set
 
 
     from orbbec.io import decode_jpeg
@@ -36,7 +36,7 @@ def child(a):
     else:
         files = jpeg_set(a.set)
         batch = JPEG_SETS[a.set][2]
-        groups = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
+        groups = full_batches(files, batch)
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     stop = threading.Event()
     default = a.child % 2 == 0  # half the processes load the legacy default stream, half their own

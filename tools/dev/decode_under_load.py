@@ -12,7 +12,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from workloads import JPEG_SETS, jpeg_set  # noqa: E402
+from workloads import JPEG_SETS, full_batches, jpeg_set  # noqa: E402
 
 from orbbec.io import decode_jpeg  # noqa: E402
 
@@ -24,7 +24,7 @@ def main():
     a = ap.parse_args()
     files = jpeg_set(a.set)
     batch = JPEG_SETS[a.set][2]
-    groups = [files[k:k + batch] for k in range(0, len(files) - batch + 1, batch)]
+    groups = full_batches(files, batch)
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
     for g in groups[:3]:
         decode_jpeg(g, device="cuda")

@@ -222,12 +222,11 @@ def run_decode_packed(items, batch, seconds, pinned):
     (as the loader's slots are) or pageable; driven one batch ahead, as run_decode_only drives it."""
     import torch
     from orbbec.io import PackedImages
-    from workloads import pack_jpegs
+    from workloads import full_batches, pack_jpegs
 
-    files = [it["image"] for it in items]
     packed = []
-    for k in range(0, len(files) - batch + 1, batch):
-        flat, offsets = pack_jpegs(files[k:k + batch])
+    for files in full_batches([it["image"] for it in items], batch):
+        flat, offsets = pack_jpegs(files)
         t = torch.from_numpy(flat)
         packed.append(PackedImages((t.pin_memory() if pinned else t).numpy(), offsets))
     return decode_one_ahead(packed, seconds)
