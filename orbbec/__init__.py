@@ -8,6 +8,11 @@ Ops (each in its own subpackage, registered as torch.ops.orbbec.*):
   orbbec.roi_align   roi_align, RoIAlign
 Every op runs on CPU and, when built with CUDA, on the GPU of its inputs.
 """
+# Before anything else initializes CUDA: the decoder's streams need their own work queues.
+from .common import cuda_connections as _cuda_connections
+
+_cuda_connections.widen()
+
 from ._library import get_compiler_version, get_compiling_cuda_version, with_cuda  # noqa: F401  (loads _C)
 from .common import ArgumentError, ArgumentTypeError  # noqa: F401
 

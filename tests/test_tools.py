@@ -111,6 +111,15 @@ def test_profile_loader_advice_follows_the_measured_share():
     assert loader_advice(None, [5000.0], "default") is None
 
 
+def test_profile_loader_advice_names_the_work_queues_when_cuda_started_first(monkeypatch):
+    from orbbec.common import cuda_connections
+
+    monkeypatch.setattr(cuda_connections, "state", "too late")
+    slow = loader_advice([6000.0], [5000.0], "default")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in slow and "import orbbec before" in slow
+    assert loader_advice([6000.0], [5900.0], "default").endswith("synthetic data.")
+
+
 def test_full_batches_leave_out_the_last_partial_one():
     assert full_batches(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5]]
     assert full_batches(list(range(6)), 3) == [[0, 1, 2], [3, 4, 5]]

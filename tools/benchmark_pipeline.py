@@ -400,6 +400,8 @@ def run_one(args):
     WARMUP_S = args.warmup
     with open(args.data, "rb") as f:
         items, batch = pickle.load(f)[args.workload]
+    if args.run.startswith("orbbec"):
+        import orbbec  # noqa: F401  (before CUDA starts, as a user's script: see orbbec/common/cuda_connections.py)
     torch.cuda.init()
     free0 = torch.cuda.mem_get_info()[0]
     kwargs = {"hw_load": args.hw_load} if args.run == "DALI" else {}

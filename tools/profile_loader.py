@@ -28,6 +28,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+# Imported before anything starts CUDA, as a training script should: orbbec then gives CUDA's streams
+# their own work queues (orbbec/common/cuda_connections.py).
+import orbbec as _orbbec  # noqa: E402,F401
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -218,8 +221,12 @@ def loader_advice(synthetic, orbbec, decoder):
     loader (lists, one rate per timed run of the mode), and the decoder setting used."""
     if not synthetic or not orbbec:
         return None
+    from orbbec.common import cuda_connections
+
     share = np.mean(orbbec) / np.mean(synthetic)
     head = f"orbbec's loader fed the step at {share:.0%} of its speed on synthetic data"
+    if share < 0.95 and cuda_connections.advice():
+        return head + ". " + cuda_connections.advice() + "."
     if share >= 0.95:
         return head + "."
     if decoder == "default":

@@ -11,6 +11,7 @@ from typing import Any, List, Optional
 import torch
 
 from ..common import ArgumentTypeError
+from ..common.cuda_connections import warn_if_cuda_started_first
 from . import _order
 from ._samples import HostBatch, prepare
 from ._shared import SlotTable
@@ -233,6 +234,7 @@ class GPULoader:
         if self._cfg.slots is not None:
             self._cfg.slots.begin_generation(self._keys.generation)
         if self._cuda_stream is None:
+            warn_if_cuda_started_first()
             self._cuda_stream = torch.cuda.Stream(self.device, priority=SIDE_STREAM_PRIORITY)
         self._batches = GpuStream(self._reader, self._cfg, self._counters, self._cuda_stream, self.prefetch)
         return self._batches

@@ -22,6 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import orbbec  # noqa: E402,F401  (before CUDA starts: orbbec/common/cuda_connections.py)
 from benchmark_pipeline import (build_data, decode_one_ahead, forever, measure, orbbec_transform, proc_stat,  # noqa: E402
                                 rows_to_decode_of, run_decode_only)
 
