@@ -16,6 +16,10 @@ if not CHECKOUT_BUILT:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
 CHECKOUT_PATH = [ROOT] if CHECKOUT_BUILT else []  # what subprocesses put before their own path
 
+# Before the CUDA check below starts the driver, as a training script should (orbbec widens CUDA's
+# work queues when imported: orbbec/common/cuda_connections.py).
+import orbbec  # noqa: E402,F401
+
 
 def subprocess_env(**extra):
     """os.environ with PYTHONPATH leading to the orbbec these tests use, plus extra variables."""

@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
-from conftest import subprocess_env
+from conftest import requires_cuda, subprocess_env
 from orbbec.common import cuda_connections
 
 VAR = cuda_connections.VARIABLE
@@ -54,3 +55,24 @@ def test_importing_orbbec_sets_it_in_a_fresh_process():
                           f"print(c.state, os.environ['{VAR}'])"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["set", "32"]
+
+
+def test_without_a_driver_nothing_has_started():
+    """On a machine without the CUDA driver (CI) the check answers False instead of failing."""
+    assert cuda_connections.driver_started() in (True, False)
+    if not torch.cuda.is_available():
+        assert cuda_connections.driver_started() is False
+
+
+@requires_cuda
+@pytest.mark.parametrize("first, expected", [("import orbbec", ["set", "32"]),
+                                             ("torch.cuda.is_available(); import orbbec", ["too late", "unset"])])
+def test_a_started_driver_is_found_without_starting_it(first, expected):
+    """torch.cuda.is_available() starts the driver (cuInit), after which the variable no longer
+    counts: orbbec says so instead of setting it; before, importing orbbec sets it."""
+    env = {k: v for k, v in subprocess_env().items() if k != VAR}
+    code = (f"import os, torch; {first}; from orbbec.common import cuda_connections as c; "
+            f"print(c.state.replace(' ', '_'), os.environ.get('{VAR}', 'unset'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [expected[0].replace(" ", "_"), expected[1]]

@@ -8,11 +8,13 @@ against 8 (docs/data.md, 'Beside a training step'): the 500x375 classification l
 against 36.8-39.6k images/s, and a ResNet-50 step fed by the loader at 91-95% of its speed on
 synthetic data against 87-89%.
 
-The driver reads the variable when it starts, so orbbec sets it when imported, if CUDA has not
-started yet and the user has not set it (their value is kept).
+The driver reads the variable when it starts (cuInit, which torch.cuda.is_available() already
+calls: with it first, the same loader ran at 39.8-40.6k), so orbbec sets it when imported, if the
+driver has not started yet and the user has not set it (their value is kept).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import warnings
 
@@ -22,16 +24,30 @@ VARIABLE = "CUDA_DEVICE_MAX_CONNECTIONS"
 WANTED = 32
 
 # What widen() found: "set" (orbbec set it), "user" (the user's value is kept), "too late"
-# (CUDA was already initialized without it: the driver's default of 8 stands).
+# (the CUDA driver had already started without it: the driver's default of 8 stands).
 state = "not checked"
 
 
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def driver_started() -> bool:
+    """Whether this process has started the CUDA driver (cuInit), asked without starting it: before
+    cuInit, cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED. False where there is no driver."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return driver.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
+
+
 def widen(environ=None, cuda_initialized=None) -> str:
-    """Sets CUDA_DEVICE_MAX_CONNECTIONS to 32 unless the user set it or CUDA is already running.
+    """Sets CUDA_DEVICE_MAX_CONNECTIONS to 32 unless the user set it or the driver already started.
     Returns (and records in `state`) which of "set", "user" or "too late" applied."""
     global state
     environ = os.environ if environ is None else environ
-    initialized = torch.cuda.is_initialized() if cuda_initialized is None else cuda_initialized
+    initialized = (torch.cuda.is_initialized() or driver_started()) if cuda_initialized is None else cuda_initialized
     if VARIABLE in environ:
         state = "user"
     elif initialized:
@@ -46,9 +62,9 @@ def advice() -> str | None:
     """One sentence for a user whose process runs with the driver's 8 queues, or None."""
     if state != "too late":
         return None
-    return (f"CUDA was initialized before orbbec was imported, so its streams share the driver's default "
-            f"8 work queues and the decoder waits behind the training step's kernels: import orbbec "
-            f"before any CUDA call, or set {VARIABLE}={WANTED} in the environment")
+    return (f"CUDA started before orbbec was imported (torch.cuda.is_available() starts it), so its "
+            f"streams share the driver's default 8 work queues, which slows orbbec's decoder: import "
+            f"orbbec before any CUDA call, or set {VARIABLE}={WANTED} in the environment")
 
 
 def warn_if_cuda_started_first() -> None:
