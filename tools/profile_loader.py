@@ -225,10 +225,10 @@ def loader_advice(synthetic, orbbec, decoder):
 
     share = np.mean(orbbec) / np.mean(synthetic)
     head = f"orbbec's loader fed the step at {share:.0%} of its speed on synthetic data"
-    if share < 0.95 and cuda_connections.advice():
-        return head + ". " + cuda_connections.advice() + "."
     if share >= 0.95:
         return head + "."
+    if cuda_connections.advice():  # CUDA started before orbbec's import: that first
+        return head + ". " + cuda_connections.advice() + "."
     if decoder == "default":
         return (head + ". With the default decoder the hardware engine's and its threads' work slows the "
                 "step; try --decoder training (orbbec.io.configure_decoder(hardware_engine=False, threads=6) "

@@ -22,13 +22,11 @@ import torch
 
 VARIABLE = "CUDA_DEVICE_MAX_CONNECTIONS"
 WANTED = 32
+CUDA_ERROR_NOT_INITIALIZED = 3
 
 # What widen() found: "set" (orbbec set it), "user" (the user's value is kept), "too late"
 # (the CUDA driver had already started without it: the driver's default of 8 stands).
 state = "not checked"
-
-
-CUDA_ERROR_NOT_INITIALIZED = 3
 
 
 def driver_started() -> bool:
