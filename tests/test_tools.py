@@ -6,7 +6,7 @@ import time
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from benchmark_pipeline import median_run, run_child, workers_for, write_markdown  # noqa: E402
+from benchmark_pipeline import dali_variants, median_run, run_child, workers_for, write_markdown  # noqa: E402
 from gpu_clocks import parse_rows, summarize  # noqa: E402
 from profile_loader import loader_advice  # noqa: E402
 from workloads import full_batches  # noqa: E402
@@ -41,6 +41,17 @@ def test_benchmark_child_that_ends_is_not_held_by_what_it_left_behind(tmp_path, 
         time.sleep(0.05)
     else:
         raise AssertionError(f"the child's leftover process {pid} is still running")
+
+
+def test_benchmark_measures_dali_under_each_queue_count():
+    """DALI runs under both decoder loads and each queue count; the child gets its count in its
+    environment (rows under orbbec's 32 keep the usual labels)."""
+    assert dali_variants("32,8") == [("DALI, hw_decoder_load 0.65", 0.65, 32), ("DALI, hw_decoder_load 1.0", 1.0, 32),
+                                     ("DALI, hw_decoder_load 0.65, 8 queues", 0.65, 8),
+                                     ("DALI, hw_decoder_load 1.0, 8 queues", 1.0, 8)]
+    out, _, _ = run_child(_child("print('RESULT', os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'))"), timeout=30,
+                          name="env", env=dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="8"))
+    assert out.split() == ["RESULT", "8"]
 
 
 def test_benchmark_child_that_does_not_end_leaves_evidence(tmp_path, monkeypatch):

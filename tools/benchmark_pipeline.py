@@ -17,7 +17,9 @@ Pipelines, each in its own process (its own CPU time and GPU memory):
 - DALI: external source of bytes; classification with decoders.image_random_crop (mixed) + resize +
   crop_mirror_normalize; face and det with decoders.image (mixed) + warp_affine on per-sample matrices
   (the same draws as orbbec's, made in the source callback) + crop_mirror_normalize; det boxes through
-  coord_transform on the GPU. hw_decoder_load 0.65 (its default) and 1.0; DALIGenericIterator.
+  coord_transform on the GPU. hw_decoder_load 0.65 (its default) and 1.0, each under 32 CUDA work
+  queues (what orbbec's import sets, inherited by every child) and the driver's default 8
+  (--dali-queues); DALIGenericIterator. The best of them is DALI's figure.
 - torchvision: decode_jpeg(list, device="cuda") + v2 transforms per image on the GPU (per-sample
   randomness), stacked and normalised; face through affine_grid + grid_sample on the same matrices.
 - CPU DataLoader: one worker per core, cv2.imdecode + cv2.warpAffine (same matrices) + normalise,
@@ -427,6 +429,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure every pipeline this many times, in alternated rounds; rows give the median run "
                          "and the range (a process's rate varies more than the pipelines differ on small images)")
+    ap.add_argument("--dali-queues", default="32,8",
+                    help="CUDA work queues (CUDA_DEVICE_MAX_CONNECTIONS) DALI is measured under; its best counts")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--plot", default=None, help="bar chart of images/s per workload (PNG)")
@@ -453,9 +457,12 @@ def main():
     import torch
 
     import orbbec
+    from orbbec.common import cuda_connections
 
     env = (f"{torch.cuda.get_device_name()}, {os.cpu_count()} host cores, torch {torch.__version__}, "
-           f"CUDA {torch.version.cuda}, orbbec built with CUDA {orbbec.get_compiling_cuda_version()}")
+           f"CUDA {torch.version.cuda}, orbbec built with CUDA {orbbec.get_compiling_cuda_version()}; "
+           f"{cuda_connections.VARIABLE}={os.environ.get(cuda_connections.VARIABLE, 'unset')} "
+           f"unless a row says otherwise")
     print(env, flush=True)
     workloads = args.workloads.split(",")
     data_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_data.pkl")
@@ -467,10 +474,9 @@ def main():
         runs = {}  # label: its measurements, one per round (the rounds alternate the pipelines)
         for _ in range(args.rounds):
             for name in args.pipelines.split(","):
-                variants = [("DALI, hw_decoder_load 0.65", 0.65), ("DALI, hw_decoder_load 1.0", 1.0)] \
-                    if name == "DALI" else [(name, None)]
-                for label, load in variants:
-                    r = measure_child(args, name, w, data_path, label, load)
+                variants = dali_variants(args.dali_queues) if name == "DALI" else [(name, None, None)]
+                for label, load, queues in variants:
+                    r = measure_child(args, name, w, data_path, label, load, queues)
                     runs.setdefault(label, []).append(r)
                     print(f"{w:12s} {label:30s} " + (f"{r['rate']:9.0f} img/s  {r['cores']:5.1f} cores  "
                                                      f"{r['gpu_mb']:7.0f} MB" if "rate" in r else r["error"]), flush=True)
@@ -481,14 +487,29 @@ def main():
     write_outputs(results, args)
 
 
-def measure_child(args, name, workload, data_path, label, hw_load):
-    """One pipeline measured in its own process: its RESULT figures, or {"error": why not}."""
+def dali_variants(queues_spec: str):
+    """(label, hw_decoder_load, CUDA work queues) of each DALI run: both decoder loads, under each
+    queue count of --dali-queues. Every child inherits the 32 queues orbbec's import set in this
+    process; DALI is measured with the driver's default 8 too, so that its best is its best."""
+    from orbbec.common import cuda_connections
+
+    queues = [int(q) for q in str(queues_spec).split(",")]
+    return [(f"DALI, hw_decoder_load {load}" + ("" if q == cuda_connections.WANTED else f", {q} queues"), load, q)
+            for q in queues for load in (0.65, 1.0)]
+
+
+def measure_child(args, name, workload, data_path, label, hw_load, queues=None):
+    """One pipeline measured in its own process: its RESULT figures, or {"error": why not}. `queues`:
+    the child's CUDA_DEVICE_MAX_CONNECTIONS (else it inherits this process's)."""
+    from orbbec.common import cuda_connections
+
     cmd = [sys.executable, os.path.abspath(__file__), "--run", name, "--workload", workload, "--data", data_path,
            "--seconds", str(args.seconds), "--warmup", str(args.warmup),
            "--workers", str(workers_for(args.workers, workload))]
     if hw_load is not None:
         cmd += ["--hw-load", str(hw_load)]
-    out, err, stall = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{workload}-{label}")
+    env = None if queues is None else dict(os.environ, **{cuda_connections.VARIABLE: str(queues)})
+    out, err, stall = run_child(cmd, args.timeout or 180 + 4 * args.seconds, f"{workload}-{label}", env)
     for x in err.splitlines():
         if x.startswith("loader timing"):
             print(f"  {x}", flush=True)
@@ -522,7 +543,7 @@ def median_run(runs):
     return row
 
 
-def run_child(cmd, timeout, name):
+def run_child(cmd, timeout, name, env=None):
     """(stdout, stderr, None), or when the child has not ended within `timeout` (stdout, stderr, a
     file with the evidence: the state and kernel wait of each of its threads and of the processes it
     started, every thread's native and Python stacks, its stderr), after which it is killed.
@@ -531,7 +552,7 @@ def run_child(cmd, timeout, name):
     behind by its os._exit (they inherit its output) cannot keep this process waiting, and are
     killed with the session once the child has ended."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, start_new_session=True, env=env)
         path = None
         try:
             proc.wait(timeout=timeout)
