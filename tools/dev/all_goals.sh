@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
-# Every goal of the pipeline work in one invocation on the GPU machine (about 9 minutes): the ResNet-50
-# loop fed by the loader with the default decoder against synthetic data, then the benchmark with every
-# pipeline (DALI under both decoder loads and both queue counts). Logs and tables go to $OUT.
+# Every goal of the pipeline work in one machine session on the GPU machine, in two calls on the warm
+# machine (each under the 10-minute call limit):
+#   part 1: the ResNet-50 loop fed by the loader (default decoder) against synthetic data, then the
+#           benchmark with every pipeline on cls-500x375 and cls-1080p (DALI under both decoder loads
+#           and both queue counts);
+#   part 2: the same benchmark on face and det, then one table of all four from both parts' JSON
+#           (kept in $HOME/all_goals between the calls).
+# Logs and tables go to $OUT.
 #
 # DALI travels in parts (`bash ../shared/tools/device-peers.sh make dali` on the development machine
-# prints the calls). To fit the call limit, build in the first part's call and run this in the last:
-#   call 1:      bash .peers/1/stage.sh put && TORCH_CUDA_ARCH_LIST=9.0 FORCE_CUDA=1 MAX_JOBS=16 \
-#                python3 setup.py build_ext --inplace > $OUT/build.log 2>&1
+# prints the calls). Build in the first part's call; then, back to back:
+#   call 1:       bash .peers/1/stage.sh put && TORCH_CUDA_ARCH_LIST=9.0 FORCE_CUDA=1 MAX_JOBS=16 \
+#                 python3 setup.py build_ext --inplace > $OUT/build.log 2>&1
 #   calls 2..N-1: bash .peers/K/stage.sh put
-#   call N:      bash .peers/N/stage.sh put && bash .peers/N/stage.sh unpack && source .peers/N/env.sh \
-#                && bash tools/dev/all_goals.sh
+#   call N:       bash .peers/N/stage.sh put && bash .peers/N/stage.sh unpack && source .peers/N/env.sh \
+#                 && bash tools/dev/all_goals.sh 1
+#   call N+1:     source .peers/N/env.sh && bash tools/dev/all_goals.sh 2       (carry [".peers/N"])
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the logs}"
+part=${1:?part 1 or 2}
+keep=$HOME/all_goals
+mkdir -p "$keep"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 \
-  > "$OUT/train.log" 2>&1
-grep -E "images/s|fed the" "$OUT/train.log"
-timeout 470 python3 tools/benchmark_pipeline.py --seconds 2.5 --rounds 1 --workers "12,cls-1080p=9,det=9,face=16" \
-  --pipelines "orbbec,orbbec decode only,DALI,torchvision,CPU DataLoader" --workloads cls-500x375,cls-1080p,face,det \
-  --json "$OUT/run.json" --md "$OUT/run.md" > "$OUT/bench.log" 2>&1
-echo "benchmark rc $?"
-cat "$OUT/run.md" 2>/dev/null || tail -20 "$OUT/bench.log"
+bench() {  # workloads, name
+  timeout 400 python3 tools/benchmark_pipeline.py --seconds 2.5 --rounds 1 --workers "12,cls-1080p=9,det=9,face=16" \
+    --pipelines "orbbec,orbbec decode only,DALI,torchvision,CPU DataLoader" --workloads "$1" \
+    --json "$keep/$2.json" --md "$OUT/$2.md" > "$OUT/bench_$2.log" 2>&1
+  echo "benchmark $2 rc $?"
+  cp "$keep/$2.json" "$OUT/" 2>/dev/null
+}
+if [ "$part" = 1 ]; then
+  timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 \
+    > "$OUT/train.log" 2>&1
+  grep -E "images/s|fed the" "$OUT/train.log"
+  bench cls-500x375,cls-1080p cls
+  cat "$OUT/cls.md" 2>/dev/null
+else
+  bench face,det face_det
+  python3 tools/benchmark_pipeline.py --from-json "$keep/cls.json" "$keep/face_det.json" --md "$OUT/run.md" \
+    && cat "$OUT/run.md"
+fi
