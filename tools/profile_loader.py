@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 # Imported before anything starts CUDA, as a training script should: orbbec then gives CUDA's streams
 # their own work queues (orbbec/common/cuda_connections.py).
-import orbbec as _orbbec  # noqa: E402,F401
+from orbbec.io import decoder_stats  # noqa: E402
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -196,7 +196,7 @@ def steps(args, items, transform):
             if source is orbbec:
                 decoder_alone(items, args.batch_size)
             feeds[name] = source()
-        stats0 = _decoder_stats() if source is orbbec else None
+        stats0 = decoder_stats() if source is orbbec else None
         rate, step_ms, gap_ms, clocks = timed_steps(feeds[name], train, args.warmup, args.steps,
                                                     args.sync_each_step)
         rates.setdefault(name, []).append(rate)
@@ -206,7 +206,7 @@ def steps(args, items, transform):
             print(f"    the GPU over the timed steps: {clocks}", flush=True)
         if source is orbbec and ld is not None:
             print(f"    orbbec loader, seconds per batch: {ld.timing()}", flush=True)
-            stats1 = _decoder_stats()
+            stats1 = decoder_stats()
             _print_decoder_phases("beside the training step", stats0["host_seconds"], stats1["host_seconds"])
             mem0, mem1 = stats0.get("memory_calls", {}), stats1.get("memory_calls", {})
             print("    nvJPEG's memory calls over this run of the mode (warm-up steps included): "
@@ -227,8 +227,9 @@ def loader_advice(synthetic, orbbec, decoder):
     head = f"orbbec's loader fed the step at {share:.0%} of its speed on synthetic data"
     if share >= 0.95:
         return head + "."
-    if cuda_connections.advice():  # CUDA started before orbbec's import: that first
-        return head + ". " + cuda_connections.advice() + "."
+    queues = cuda_connections.advice()
+    if queues:  # CUDA started before orbbec's import: that first
+        return head + ". " + queues + "."
     if decoder == "default":
         return (head + ". With the default decoder the hardware engine's and its threads' work slows the "
                 "step; try --decoder training (orbbec.io.configure_decoder(hardware_engine=False, threads=6) "
@@ -266,12 +267,6 @@ def timed_steps(feed, train, warmup, steps, sync_each_step):
     return rate, step_ms, gap_ms, clocks.summary()
 
 
-def _decoder_stats():
-    from orbbec.io import decoder_stats
-
-    return decoder_stats()
-
-
 def _print_decoder_phases(label, before, after):
     """The GPU decoder's host time per call between two decoder_stats() readings, by phase."""
     calls = after["calls"] - before["calls"]
@@ -297,11 +292,11 @@ def decoder_alone(items, batch, calls=20):
     for b in batches:
         decode_jpeg(b)
     torch.cuda.synchronize()
-    before = _decoder_stats()["host_seconds"]
+    before = decoder_stats()["host_seconds"]
     for k in range(calls):
         decode_jpeg(batches[k % len(batches)])
     torch.cuda.synchronize()
-    _print_decoder_phases("alone", before, _decoder_stats()["host_seconds"])
+    _print_decoder_phases("alone", before, decoder_stats()["host_seconds"])
 
 
 def main():

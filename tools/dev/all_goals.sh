@@ -8,14 +8,14 @@
 #           (kept in $HOME/all_goals between the calls).
 # Logs and tables go to $OUT.
 #
-# DALI travels in parts (`bash ../shared/tools/device-peers.sh make dali` on the development machine
-# prints the calls). Build in the first part's call; then, back to back:
-#   call 1:       bash .peers/1/stage.sh put && TORCH_CUDA_ARCH_LIST=9.0 FORCE_CUDA=1 MAX_JOBS=16 \
-#                 python3 setup.py build_ext --inplace > $OUT/build.log 2>&1
-#   calls 2..N-1: bash .peers/K/stage.sh put
-#   call N:       bash .peers/N/stage.sh put && bash .peers/N/stage.sh unpack && source .peers/N/env.sh \
-#                 && bash tools/dev/all_goals.sh 1
-#   call N+1:     source .peers/N/env.sh && bash tools/dev/all_goals.sh 2       (carry [".peers/N"])
+# DALI 2.4 must be importable there (nvidia-dali-cuda130==2.4.0 with nvidia-nvimgcodec-cu13 and
+# nvidia-nvjpeg, on PYTHONPATH and LD_LIBRARY_PATH). The machine has no internet and a call carries at
+# most 64 MiB: install the wheels for Python 3.12 elsewhere (pip install --target DIR --python-version
+# 3.12 --only-binary=:all: ...), then carry DIR over in pieces, one call each, back to back while the
+# machine stays warm. Build orbbec in the first of those calls
+# (TORCH_CUDA_ARCH_LIST=9.0 FORCE_CUDA=1 MAX_JOBS=16 python3 setup.py build_ext --inplace), then:
+#   next call:  bash tools/dev/all_goals.sh 1      (with DALI's paths exported)
+#   the one after: bash tools/dev/all_goals.sh 2
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the logs}"
 part=${1:?part 1 or 2}

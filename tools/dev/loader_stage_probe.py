@@ -63,6 +63,22 @@ FRESH = {}  # worker -> batches whose slot's tensor travelled with them (new, gr
 ARRIVALS = []  # (seconds the receiving thread waited for the DataLoader's next batch, its worker)
 
 
+def _observed(source, before=None, after=None):
+    """The items of iterator `source`; before() runs as each is asked for, after(seconds waited for
+    it, item) once it came."""
+    while True:
+        if before:
+            before()
+        t = time.perf_counter()
+        try:
+            item = next(source)
+        except StopIteration:
+            return
+        if after:
+            after(time.perf_counter() - t, item)
+        yield item
+
+
 def record_waits():
     """Records each batch's wait for the workers (loader.timing() gives only the mean), so that a
     steady lag is told from rare long stalls, and a slow worker from all of them; with it how full
@@ -82,15 +98,10 @@ def record_waits():
         return finish(self, batch, started, waited)
 
     def counted_items(self, q):
-        source = items(self, q)
-        while True:
+        def ready():
             if q is self.received and MARKS.get("timing"):
                 READY.append(q.qsize())
-            try:
-                item = next(source)
-            except StopIteration:
-                return
-            yield item
+        return _observed(items(self, q), before=ready)
 
     def counted_attach(self, worker, slot, tensor):
         if tensor is not None and MARKS.get("timing"):
@@ -98,19 +109,10 @@ def record_waits():
         return attach(self, worker, slot, tensor)
 
     def timed_workers(reader):
-        source = start_workers(reader)
-
-        def timed():
-            while True:
-                t = time.perf_counter()
-                try:
-                    batch = next(source)
-                except StopIteration:
-                    return
-                if MARKS.get("timing"):
-                    ARRIVALS.append((time.perf_counter() - t, None if batch.slot is None else batch.slot[0]))
-                yield batch
-        return timed()
+        def arrived(waited, batch):
+            if MARKS.get("timing"):
+                ARRIVALS.append((waited, None if batch.slot is None else batch.slot[0]))
+        return _observed(start_workers(reader), after=arrived)
     stream.GpuStream._finish = wrapped
     stream.GpuStream._items = counted_items
     shared.SlotTable.attach = counted_attach
