@@ -16,6 +16,7 @@
 # (TORCH_CUDA_ARCH_LIST=9.0 FORCE_CUDA=1 MAX_JOBS=16 python3 setup.py build_ext --inplace), then:
 #   next call:  bash tools/dev/all_goals.sh 1      (with DALI's paths exported)
 #   the one after: bash tools/dev/all_goals.sh 2
+# Both parts run the training loop TRAIN_RUNS times (default 1) beside their benchmarks.
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the logs}"
 part=${1:?part 1 or 2}
@@ -30,14 +31,20 @@ bench() {  # workloads, name
   echo "benchmark $2 rc $?"
   cp "$keep/$2.json" "$OUT/" 2>/dev/null
 }
+train() {  # TRAIN_RUNS runs of the training loop (default 1): its spread is a few percent, one run says little
+  for r in $(seq "${TRAIN_RUNS:-1}"); do
+    timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 \
+      > "$OUT/train_$part.$r.log" 2>&1
+    grep -E "images/s|fed the" "$OUT/train_$part.$r.log"
+  done
+}
 if [ "$part" = 1 ]; then
-  timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 \
-    > "$OUT/train.log" 2>&1
-  grep -E "images/s|fed the" "$OUT/train.log"
+  train
   bench cls-500x375,cls-1080p cls
   cat "$OUT/cls.md" 2>/dev/null
 else
   bench face,det face_det
+  train
   python3 tools/benchmark_pipeline.py --from-json "$keep/cls.json" "$keep/face_det.json" --md "$OUT/run.md" \
     && cat "$OUT/run.md"
 fi
