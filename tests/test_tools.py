@@ -135,3 +135,32 @@ def test_full_batches_leave_out_the_last_partial_one():
     assert full_batches(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5]]
     assert full_batches(list(range(6)), 3) == [[0, 1, 2], [3, 4, 5]]
     assert full_batches([1, 2], 3) == []
+
+
+def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatch):
+    """Each batch's worker records its own CPU and wall time, context switches and cores
+    (tools/dev/worker_times.py, installed before the workers start); the summary groups them by worker."""
+    import torch
+    from test_data import JpegDataset, _transform
+
+    from orbbec.data import _loader
+    sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))
+    from worker_times import KEY, _core, install, summary
+
+    assert 0 <= _core() < os.cpu_count()
+    monkeypatch.setattr(_loader._Batches, "__getitem__", _loader._Batches.__getitem__)  # unwrapped after the test
+    install()
+    install()  # twice wraps once
+    cfg = _loader._Config(JpegDataset(12), _transform(), torch.device("cpu"), "RGB", "raise", "padded", 0.0, None, 0)
+    keys = _loader.Keys()
+    keys.source = [(0, 3, [2 * k, 2 * k + 1]) for k in range(6)]
+    reader = torch.utils.data.DataLoader(_loader._Batches(cfg), batch_size=None, sampler=keys, num_workers=2,
+                                         collate_fn=_loader._identity)
+    records = [batch.extra[KEY] for batch in _loader.start_workers(reader)]
+    assert len(records) == 6 and {r[0] for r in records} == {0, 1}
+    for worker, cpu, wall, involuntary, voluntary, cores in records:
+        assert 0 < cpu <= wall * 1.05 and involuntary >= 0 and voluntary >= 0 and len(cores) == 2
+    s = summary(records)
+    assert sorted(s) == [0, 1] and sum(v["batches"] for v in s.values()) == 6
+    assert all(0 <= v["off_cpu"] <= 1 and v["wall_max_ms"] >= v["wall_ms"] > 0 for v in s.values())
+

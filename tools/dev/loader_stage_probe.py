@@ -11,6 +11,8 @@ threads' steps per batch, inclusive (nested steps count in their callers too). c
 this on Python 3.12: it sees every thread's calls.
 --waits: the spread of the decoding thread's waits for the workers' batches (percentiles, long stalls,
 which worker).
+--per-worker: each worker's own CPU and wall time per batch, its context switches and cores
+(tools/dev/worker_times.py), to tell a late worker that does more work from one that waits for a core.
 --cpu: CPU time per batch of each Python thread of the loader's process (a Python thread's CPU time
 is about the time it held the GIL: torch's host calls keep it), of the native threads (the decoder's
 pool) and of the workers; Python threads summing to about the wall time per batch mean the GIL bounds
@@ -61,6 +63,23 @@ WAITS = []  # (seconds the decoding thread waited for the batch, its worker) per
 READY = []  # batches already received when the decoding thread came for its next one
 FRESH = {}  # worker -> batches whose slot's tensor travelled with them (new, grown or reclaimed)
 ARRIVALS = []  # (seconds the receiving thread waited for the DataLoader's next batch, its worker)
+WORKER_TIMES = []  # each batch's worker_times record (--per-worker), timed window
+
+
+def record_worker_times():
+    """Each batch's worker records its own times (worker_times.py); they are kept as batches arrive."""
+    import orbbec.data._stream as stream
+    from worker_times import KEY, install
+
+    install()
+    start_workers = stream.start_workers
+
+    def collected(reader):
+        for batch in start_workers(reader):
+            if MARKS.get("timing") and KEY in getattr(batch, "extra", {}):
+                WORKER_TIMES.append(batch.extra[KEY])
+            yield batch
+    stream.start_workers = collected
 
 
 def _observed(source, before=None, after=None):
@@ -263,6 +282,7 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_core
         READY.clear()
         ARRIVALS.clear()
         FRESH.clear()
+        WORKER_TIMES.clear()
         MARKS["timing"] = True
         MARKS["n"] = 0
         pids = [w.pid for w in getattr(loader._reader._iterator, "_workers", [])]
@@ -304,6 +324,7 @@ def main():
     ap.add_argument("--received-depth", type=int, default=0,
                     help="room for received batches before the decoding thread (default: the loader's)")
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--per-worker", action="store_true", help="each worker's own times per batch (worker_times.py)")
     ap.add_argument("--windows", type=int, default=1, help="measure this many windows in turn in one process")
     ap.add_argument("--cut-rows", action="store_true", help="--mode decode: on the rows a draw's warp reads only")
     ap.add_argument("--packed", choices=("pageable", "pinned"), default=None,
@@ -315,6 +336,8 @@ def main():
         wrap_steps()
     if a.waits:
         record_waits()
+    if a.per_worker:
+        record_worker_times()
     if a.no_fuse:
         import orbbec.data._stages as stages
         stages._warp_in_decoder = lambda *args: None
@@ -344,6 +367,9 @@ def main():
     print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
+    if a.per_worker:
+        from worker_times import format_summary
+        print("    " + format_summary(WORKER_TIMES), flush=True)
     if a.steps:
         n = max(MARKS.get("n", 1), 1)
         for name, (cpu, calls) in sorted(STEPS.items(), key=lambda kv: -kv[1][0]):
