@@ -64,12 +64,12 @@ def main():
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--save-every", type=int, default=50)
     ap.add_argument("--decoder", choices=("training", "default"), default="training",
-                    help="training: orbbec.io.configure_decoder(hardware_engine=False, threads=6)")
+                    help="training: orbbec.io.configure_decoder(**orbbec.io.TRAINING_DECODER)")
     args = ap.parse_args()
     if args.decoder == "training":
         import orbbec.io
 
-        orbbec.io.configure_decoder(hardware_engine=False, threads=6)  # before the first GPU decode
+        orbbec.io.configure_decoder(**orbbec.io.TRAINING_DECODER)  # before the first GPU decode
 
     import orbbec.augment as A
     from orbbec.data import GPULoader

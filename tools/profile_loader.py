@@ -317,7 +317,7 @@ def main():
     ap.add_argument("--compile", default=None, help="torch.compile the model with this mode (e.g. reduce-overhead)")
     ap.add_argument("--sync-each-step", action="store_true", help="wait for each step's end on the host")
     ap.add_argument("--decoder", choices=("default", "training"), default="default",
-                    help="training: orbbec.io.configure_decoder(hardware_engine=False, threads=6), the setting "
+                    help="training: orbbec.io.configure_decoder(**orbbec.io.TRAINING_DECODER), the setting "
                          "docs/data.md gives for a loader beside a training step")
     ap.add_argument("--train-priority", type=int, default=None,
                     help="run every mode's training step on a stream of this CUDA priority (lower is higher)")
@@ -328,7 +328,7 @@ def main():
     if args.decoder == "training":
         import orbbec.io
 
-        orbbec.io.configure_decoder(hardware_engine=False, threads=6)
+        orbbec.io.configure_decoder(**orbbec.io.TRAINING_DECODER)
 
     import orbbec.augment as A
 

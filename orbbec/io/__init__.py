@@ -25,7 +25,7 @@ from . import _cpu
 from ..common import ArgumentError, ArgumentTypeError
 
 __all__ = ["decode_jpeg", "start_decode", "read_file", "JpegDecodeError", "decoder_stats", "set_decode_threads",
-           "configure_decoder"]
+           "configure_decoder", "TRAINING_DECODER"]
 
 _MODES = {"RGB": 0, "BGR": 1, "GRAY": 2}
 
@@ -236,14 +236,20 @@ def decoder_stats(device: Union[str, torch.device, int] = "cuda") -> dict:
     return dict(_C.jpeg_decoder_stats(index))
 
 
+# The decoder setting beside a training step (configure_decoder(**TRAINING_DECODER)): the hybrid path on
+# a few host threads keeps the step within 5% of its speed on synthetic data, where the engine's and
+# the whole pool's work cost it 5-11% (docs/benchmark_pipeline.md, "A training loop fed by the loader").
+TRAINING_DECODER = {"hardware_engine": False, "threads": 6}
+
+
 def configure_decoder(*, hardware_engine: bool = True, threads: Optional[int] = None) -> None:
     """How this process's GPU decoder works; call it before the process's first GPU decode.
 
     hardware_engine=False leaves the hardware JPEG engine alone: everything takes the hybrid path
     (Huffman decoding on `threads` host threads, the rest on the GPU). Beside a training step that
     needs far fewer images per second than the engine gives, `configure_decoder(hardware_engine=False,
-    threads=6)` keeps the step's own speed (docs/data.md, "Beside a training step"); the default is
-    tuned for throughput. The same as ORBBEC_NVJPEG_HARDWARE=0 and ORBBEC_DECODE_THREADS=6 in the
+    threads=6)` (TRAINING_DECODER) keeps the step's own speed (docs/data.md, "Beside a training step");
+    the default is tuned for throughput. The same as ORBBEC_NVJPEG_HARDWARE=0 and ORBBEC_DECODE_THREADS=6 in the
     environment."""
     if not isinstance(hardware_engine, bool):
         raise ArgumentTypeError(f"configure_decoder: hardware_engine must be a bool, got {type(hardware_engine).__name__}")

@@ -75,10 +75,10 @@ def record_worker_times():
     start_workers = stream.start_workers
 
     def collected(reader):
-        for batch in start_workers(reader):
+        def arrived(_, batch):
             if MARKS.get("timing") and KEY in getattr(batch, "extra", {}):
                 WORKER_TIMES.append(batch.extra[KEY])
-            yield batch
+        return _observed(start_workers(reader), after=arrived)
     stream.start_workers = collected
 
 
