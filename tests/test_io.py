@@ -648,3 +648,44 @@ def test_gpu_started_decodes_match_decode_jpeg_whatever_order_they_are_taken_in(
     assert len({img.untyped_storage().data_ptr() for img in images}) == 1
     assert all(img.data_ptr() % 512 == 0 and img.is_contiguous() for img in images)
     assert len({img.untyped_storage().data_ptr() for img in decode_jpeg(batches[0])}) == len(batches[0])
+
+
+_ENGINE_EXHAUSTED_PROBE = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from jpeg_files import encode, photo
+import orbbec.io as oio
+files = [encode(photo(i, (375, 500))) for i in range(6)] * 4
+out = oio.decode_jpeg(files)
+torch.cuda.synchronize()
+torch.save([t.cpu() for t in out], sys.argv[2])
+s = oio.decoder_stats()
+print(repr((s["hybrid_images"], s["hardware_images"], s["hardware_available"], s["hardware_unavailable"])))
+"""
+
+
+@requires_nvjpeg
+@pytest.mark.skipif(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1,
+                    reason="it takes every JPEG engine state of the GPU for a moment, which would fail the "
+                           "decoders of the tests running beside it: run it without -n")
+def test_gpu_a_decoder_without_engine_states_takes_the_hybrid_path(tmp_path):
+    """The GPU's JPEG engine has a limited number of decoder states (with many processes on one GPU
+    their creation fails). A decoder asking for more than exist (ORBBEC_NVJPEG_LANE_SETS) does without
+    the engine, says why once, and decodes every image on the hybrid path: the same pixels as a
+    decoder told not to use the engine."""
+    def probe(name, **env):
+        path = tmp_path / f"{name}.pt"
+        run = subprocess.run([sys.executable, "-c", _ENGINE_EXHAUSTED_PROBE, os.path.dirname(os.path.abspath(__file__)),
+                              str(path)], env=subprocess_env(**env), capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return eval(run.stdout.strip().splitlines()[-1]), torch.load(path), run.stderr
+
+    (hybrid, hardware, available, reason), images, warned = probe("exhausted", ORBBEC_NVJPEG_LANE_SETS="1000")
+    if not available and not reason:
+        pytest.skip("no hardware JPEG engine on this GPU: everything takes the hybrid path")
+    assert not available and "nvjpegJpegStateCreate" in reason and "allocator failure" in reason, reason
+    assert "JPEG engine is not available to this process" in warned
+    assert (hybrid, hardware) == (24, 0)
+    (hybrid_only, _, _, _), want, _ = probe("hybrid", ORBBEC_NVJPEG_HARDWARE="0")
+    assert hybrid_only == 24 and len(images) == len(want) == 24
+    assert all(torch.equal(a, b) for a, b in zip(images, want))

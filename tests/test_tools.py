@@ -1,5 +1,6 @@
 """The benchmark tools' own machinery (tools/), run on the CPU."""
 import os
+import subprocess
 import sys
 import time
 
@@ -158,9 +159,33 @@ def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatc
                                          collate_fn=_loader._identity)
     records = [batch.extra[KEY] for batch in _loader.start_workers(reader)]
     assert len(records) == 6 and {r[0] for r in records} == {0, 1}
-    for worker, cpu, wall, involuntary, voluntary, cores in records:
+    for worker, cpu, wall, involuntary, voluntary, cores, system, faults in records:
         assert 0 < cpu <= wall * 1.05 and involuntary >= 0 and voluntary >= 0 and len(cores) == 2
+        assert 0 <= system <= wall + 0.01 and faults >= 0  # getrusage's split is sampled at the tick
     s = summary(records)
     assert sorted(s) == [0, 1] and sum(v["batches"] for v in s.values()) == 6
     assert all(0 <= v["off_cpu"] <= 1 and v["wall_max_ms"] >= v["wall_ms"] > 0 for v in s.values())
+    assert all(0 <= v["core"] < os.cpu_count() and v["system_ms"] <= v["wall_ms"] + 10 for v in s.values())
 
+
+
+def test_core_interrupts_reads_proc_and_reports_what_changed_during_a_command():
+    sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))
+    from core_interrupts import core_ticks, interrupt_counts, report
+
+    stat = "cpu  9 0 9 9 0 0 0 0 0 0\ncpu0 10 0 5 100 1 0 2 0 0 0\ncpu1 20 0 6 90 0 0 1 0 0 0\nintr 5\n"
+    later = "cpu  9 0 9 9 0 0 0 0 0 0\ncpu0 15 0 5 130 1 0 2 0 0 0\ncpu1 60 0 9 91 0 0 4 1 0 0\n"
+    irq = ("           CPU0       CPU1\n 42:          0        100   PCI-MSIX-0000:00:06.0 0-edge      nvidia\n"
+           "LOC:        500        600   Local timer interrupts\nERR:          0\n")
+    irq_later = irq.replace("100   PCI", "900   PCI").replace("500        600", "510        620")
+    assert core_ticks(stat) == {"cpu0": [10, 0, 5, 100, 1, 0, 2, 0], "cpu1": [20, 0, 6, 90, 0, 0, 1, 0]}
+    counts = interrupt_counts(irq)
+    assert counts["42: PCI-MSIX-0000:00:06.0 0-edge nvidia"] == [0, 100] and counts["ERR:"] == [0]
+    text = report(core_ticks(stat), core_ticks(later), counts, interrupt_counts(irq_later)).splitlines()
+    assert "cpu1 [40, 0, 3, 1, 0, 0, 3, 1]" in text
+    lines = text[text.index("busiest interrupt lines: total, line, per core") + 1:]
+    assert lines[0] == "800 42: PCI-MSIX-0000:00:06.0 0-edge nvidia [0, 800]" and lines[1].startswith("30 LOC:")
+    # and around a real command on this machine, with its exit status
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "dev", "core_interrupts.py"), sys.executable,
+                          "-c", "import sys; sys.exit(3)"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 3 and "cpu0 [" in run.stdout and "busiest interrupt lines" in run.stdout

@@ -381,6 +381,7 @@ py::dict stats(int device) {
   d["hybrid_pixels_per_s"] = s.hybrid_pixels_per_s;
   d["threads"] = s.threads;
   d["hardware_available"] = s.hardware_available;
+  d["hardware_unavailable"] = s.hardware_unavailable;
   const DecoderHostTime& h = s.host_time;
   py::dict host;
   host["calls"] = h.calls;

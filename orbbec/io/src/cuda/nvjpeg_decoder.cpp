@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -45,10 +46,22 @@ const char* status_name(nvjpegStatus_t s) {
   return "unknown status";
 }
 
+// The status, and for an allocator failure the CUDA call that failed on this thread (nvjpeg_memory.h).
+std::string status_detail(nvjpegStatus_t s) {
+  std::string out = status_name(s);
+  AllocationFailure& failure = last_allocation_failure();
+  if (s == NVJPEG_STATUS_ALLOCATOR_FAILURE && failure.call) {
+    out += std::string(" (") + failure.call + " of " + std::to_string(failure.bytes) +
+           " bytes: " + cudaGetErrorString(failure.error) + ")";
+    failure = AllocationFailure{};
+  }
+  return out;
+}
+
 #define ORBBEC_NVJPEG(call)                                                                     \
   do {                                                                                         \
     nvjpegStatus_t s_ = (call);                                                                \
-    TORCH_CHECK(s_ == NVJPEG_STATUS_SUCCESS, "nvJPEG: " #call " failed: ", status_name(s_)); \
+    TORCH_CHECK(s_ == NVJPEG_STATUS_SUCCESS, "nvJPEG: " #call " failed: ", status_detail(s_)); \
   } while (0)
 #define ORBBEC_CUDA(call)                                                                             \
   do {                                                                                               \
@@ -152,8 +165,16 @@ class Decoder {
  public:
   explicit Decoder(int device) : device_(device) {
     c10::cuda::CUDAGuard guard(device);
-    ORBBEC_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, counted_device_allocator(), counted_pinned_allocator(),
-                                NVJPEG_FLAGS_DEFAULT, &handle_));
+    // The default backend's handle failed with "allocator failure" (and no CUDA allocation behind it)
+    // while other processes held the GPU's JPEG engine (see create_lanes); the hybrid backend's handle
+    // serves the hybrid decoders as well.
+    if (nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, counted_device_allocator(), counted_pinned_allocator(),
+                       NVJPEG_FLAGS_DEFAULT, &handle_) != NVJPEG_STATUS_SUCCESS) {
+      handle_ = nullptr;
+      last_allocation_failure() = AllocationFailure{};  // the failed attempt's, not to be reported later
+      ORBBEC_NVJPEG(nvjpegCreateEx(NVJPEG_BACKEND_HYBRID, counted_device_allocator(), counted_pinned_allocator(),
+                                  NVJPEG_FLAGS_DEFAULT, &handle_));
+    }
     // The hardware engine exists on A100, H100 and their kin; elsewhere everything takes the hybrid path.
     // ORBBEC_NVJPEG_HARDWARE=0 leaves the hardware engine alone (everything takes the hybrid path).
     const char* use_hardware = std::getenv("ORBBEC_NVJPEG_HARDWARE");
@@ -164,8 +185,6 @@ class Decoder {
       hw_handle_ = nullptr;
     }
     const int n = requested_threads > 0 ? requested_threads : default_threads();
-    workers_.resize(n + 1);  // the last one for the calling thread, which parses headers too
-    for (auto& w : workers_) create(w);
     pool_ = std::make_unique<WorkerPool>(n, [device](int) { cudaSetDevice(device); });
     hybrid_rate_per_thread_ = 3e8;  // px/s, a first guess replaced by measurements
     hardware_rate_ = 1e10;
@@ -195,9 +214,12 @@ class Decoder {
       // ORBBEC_NVJPEG_LANE_SETS=3: three times (a lane then waits for the call three back).
       int sets = 2;
       if (const char* env = std::getenv("ORBBEC_NVJPEG_LANE_SETS")) sets = std::max(2, std::atoi(env));
-      for (int l = 0; l < sets * max_lanes_; ++l) create(lanes_.emplace_back());
-      engine_clock_ = std::make_unique<EngineClock>(max_lanes_);
+      create_lanes(sets * max_lanes_);
     }
+    if (hw_handle_) engine_clock_ = std::make_unique<EngineClock>(max_lanes_);
+    // After the lanes: the workers' header streams belong to the hardware handle while it exists.
+    workers_.resize(n + 1);  // the last one for the calling thread, which parses headers too
+    for (auto& w : workers_) create(w);
     ORBBEC_CUDA(cudaStreamCreateWithFlags(&alloc_stream_, cudaStreamNonBlocking));
   }
 
@@ -237,6 +259,24 @@ class Decoder {
     ORBBEC_NVJPEG(nvjpegDecodeParamsCreate(handle_, &w.params));
   }
 
+  // The hardware engine's states are a resource of the whole GPU: with many processes on one GPU
+  // (eight test processes at once on an H100) their creation failed with "allocator failure" and no
+  // CUDA allocation behind it. The decoder then does without the engine (hybrid path only) and says
+  // so once, rather than failing every decode of the process.
+  void create_lanes(int count) {
+    try {
+      for (int l = 0; l < count; ++l) create(lanes_.emplace_back());
+    } catch (const c10::Error& e) {
+      for (auto& l : lanes_) destroy(l);
+      lanes_.clear();
+      nvjpegDestroy(hw_handle_);
+      hw_handle_ = nullptr;
+      hardware_unavailable_ = e.what_without_backtrace();
+      TORCH_WARN("orbbec.io: the GPU's JPEG engine is not available to this process (", hardware_unavailable_,
+                 "); every image takes the hybrid path");
+    }
+  }
+
   void create(HwLane& l) {
     ORBBEC_NVJPEG(nvjpegJpegStateCreate(hw_handle_, &l.state));
     ORBBEC_CUDA(cudaEventCreateWithFlags(&l.end, cudaEventBlockingSync));
@@ -272,6 +312,7 @@ class Decoder {
 
   int device_;
   nvjpegHandle_t handle_ = nullptr, hw_handle_ = nullptr;
+  std::string hardware_unavailable_;  // why the engine's lanes could not be created, if they could not
   std::vector<Worker> workers_;
   std::deque<HwLane> lanes_;
   std::unique_ptr<WorkerPool> pool_;
@@ -692,6 +733,7 @@ DecoderStats Decoder::stats() const {
   DecoderStats s;
   s.threads = pool_->size();
   s.hardware_available = hw_handle_ != nullptr;
+  s.hardware_unavailable = hardware_unavailable_;
   s.hardware_batches_failed = hardware_failures_;
   NvjpegMemoryCalls& m = nvjpeg_memory_calls();
   s.memory = {m.device_allocs.load(), m.device_frees.load(), m.pinned_allocs.load(), m.pinned_frees.load(),

@@ -85,6 +85,7 @@ struct DecoderStats {
   double hardware_pixels_per_s = 0, hybrid_pixels_per_s = 0;
   int threads = 0;
   bool hardware_available = false;
+  std::string hardware_unavailable;  // why the engine could not be used, when it exists but failed
   DecoderHostTime host_time;
   DecoderMemoryCalls memory;
 };

@@ -24,9 +24,31 @@ inline NvjpegMemoryCalls& nvjpeg_memory_calls() {
   return calls;
 }
 
+// nvJPEG reports a failed allocation only as "allocator failure": the CUDA error and the size are kept
+// here, per thread (nvJPEG calls the allocator on the thread that called it), for the error message.
+// The failed call's error is also taken off CUDA's last-error slot, where a later unrelated launch
+// check (torch's) would otherwise find it and blame itself.
+struct AllocationFailure {
+  const char* call = nullptr;
+  size_t bytes = 0;
+  cudaError_t error = cudaSuccess;
+};
+
+inline AllocationFailure& last_allocation_failure() {
+  thread_local AllocationFailure failure;
+  return failure;
+}
+
+inline int allocation_result(cudaError_t e, const char* call, size_t bytes) {
+  if (e == cudaSuccess) return 0;
+  cudaGetLastError();
+  last_allocation_failure() = AllocationFailure{call, bytes, e};
+  return 1;
+}
+
 inline int counted_device_malloc(void** p, size_t size) {
   ++nvjpeg_memory_calls().device_allocs;
-  return cudaMalloc(p, size) == cudaSuccess ? 0 : 1;
+  return allocation_result(cudaMalloc(p, size), "cudaMalloc", size);
 }
 inline int counted_device_free(void* p) {
   ++nvjpeg_memory_calls().device_frees;
@@ -34,7 +56,7 @@ inline int counted_device_free(void* p) {
 }
 inline int counted_pinned_malloc(void** p, size_t size, unsigned int flags) {
   ++nvjpeg_memory_calls().pinned_allocs;
-  return cudaHostAlloc(p, size, flags) == cudaSuccess ? 0 : 1;
+  return allocation_result(cudaHostAlloc(p, size, flags), "cudaHostAlloc", size);
 }
 inline int counted_pinned_free(void* p) {
   ++nvjpeg_memory_calls().pinned_frees;
