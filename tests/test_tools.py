@@ -189,3 +189,18 @@ def test_core_interrupts_reads_proc_and_reports_what_changed_during_a_command():
     run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "dev", "core_interrupts.py"), sys.executable,
                           "-c", "import sys; sys.exit(3)"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 3 and "cpu0 [" in run.stdout and "busiest interrupt lines" in run.stdout
+
+
+def test_benchmark_tables_merged_from_two_runs_keep_every_workload_and_its_workers(tmp_path):
+    """--from-json: the goal run's two parts (classification, then face and det) in one table; the
+    workers line names the loader's workers of every workload, not only the first part's."""
+    dev = os.path.join(ROOT, "docs", "dev")
+    parts = [os.path.join(dev, f"benchmark_pipeline_h100_run6_{p}.json") for p in ("cls", "face_det")]
+    md = tmp_path / "run.md"
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "benchmark_pipeline.py"), "--from-json", *parts,
+                          "--md", str(md)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    text = md.read_text()
+    for workload in ("cls-500x375", "cls-1080p", "face", "det"):
+        assert f"| {workload} | orbbec |" in text, workload
+    assert "orbbec's loader workers: cls-500x375 12, cls-1080p 9, face 32, det 9." in text

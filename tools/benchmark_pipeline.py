@@ -452,6 +452,7 @@ def main():
                 results = r
             else:
                 results["workloads"].update(r["workloads"])
+                results.setdefault("workers", {}).update(r.get("workers", {}))
         return write_outputs(results, args)
 
     import torch

@@ -16,7 +16,8 @@
 # (TORCH_CUDA_ARCH_LIST=9.0 FORCE_CUDA=1 MAX_JOBS=16 python3 setup.py build_ext --inplace), then:
 #   next call:  bash tools/dev/all_goals.sh 1      (with DALI's paths exported)
 #   the one after: bash tools/dev/all_goals.sh 2
-# Both parts run the training loop TRAIN_RUNS times (default 1) beside their benchmarks.
+# Both parts run the training loop TRAIN_RUNS times (default 1) beside their benchmarks, with
+# TRAIN_ARGS added to its command line (e.g. "--decoder training").
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the logs}"
 part=${1:?part 1 or 2}
@@ -33,7 +34,7 @@ bench() {  # workloads, name
 }
 train() {  # TRAIN_RUNS runs of the training loop (default 1): its spread is a few percent, one run says little
   for r in $(seq "${TRAIN_RUNS:-1}"); do
-    timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 \
+    timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 ${TRAIN_ARGS:-} \
       > "$OUT/train_$part.$r.log" 2>&1
     grep -E "images/s|fed the" "$OUT/train_$part.$r.log"
   done
