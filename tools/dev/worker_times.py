@@ -1,10 +1,11 @@
 """Each loader worker's own time per batch, carried with the batch to the loader's process: the
-worker thread's CPU time (and the kernel's share of it: system calls, page faults, and interrupts
-where the kernel charges them to the task they interrupted; getrusage's split, sampled at the
-scheduler's tick, so coarser than the CPU time) and wall time, its minor page faults, its
-involuntary context switches (the kernel took the core away: the worker waited for one) and voluntary
-ones, and the cores it started and ended on. It tells
-a late worker that does more work from one that waits for a core (loader_stage_probe.py --per-worker).
+worker thread's CPU time (and the kernel's share of it, system calls and page faults: getrusage's
+split, sampled at the scheduler's tick, so coarser than the CPU time) and wall time, its minor page
+faults, its involuntary context switches (the kernel took the core away: the worker waited for one)
+and voluntary ones, and the cores it started and ended on. It tells a late worker that does more
+work from one that waits for a core (loader_stage_probe.py --per-worker). On the GPU machine (a
+virtual machine) the time the GPU's interrupts took showed up as the interrupted worker's user time:
+the core tells (tools/dev/core_interrupts.py).
 
 install() must run before the loader's workers start (they inherit the wrapped __getitem__).
 """

@@ -165,9 +165,9 @@ class Decoder {
  public:
   explicit Decoder(int device) : device_(device) {
     c10::cuda::CUDAGuard guard(device);
-    // The default backend's handle failed with "allocator failure" (and no CUDA allocation behind it)
-    // while other processes held the GPU's JPEG engine (see create_lanes); the hybrid backend's handle
-    // serves the hybrid decoders as well.
+    // The default backend's handle failed now and then with "allocator failure" (no CUDA allocation of
+    // ours behind it) with eight test processes on one H100, as the engine's states did (create_lanes);
+    // the hybrid backend's handle serves the hybrid decoders as well.
     if (nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, counted_device_allocator(), counted_pinned_allocator(),
                        NVJPEG_FLAGS_DEFAULT, &handle_) != NVJPEG_STATUS_SUCCESS) {
       handle_ = nullptr;
