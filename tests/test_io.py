@@ -1,5 +1,6 @@
 """orbbec.io.decode_jpeg: the CPU path against cv2.imdecode (identical), the GPU path against cv2
 within the decoders' IDCT and upsampling differences, bad input, sizes, memory and streams."""
+import ast
 import os
 import subprocess
 import sys
@@ -678,7 +679,7 @@ def test_gpu_a_decoder_without_engine_states_takes_the_hybrid_path(tmp_path):
         run = subprocess.run([sys.executable, "-c", _ENGINE_EXHAUSTED_PROBE, os.path.dirname(os.path.abspath(__file__)),
                               str(path)], env=subprocess_env(**env), capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stderr[-2000:]
-        return eval(run.stdout.strip().splitlines()[-1]), torch.load(path), run.stderr
+        return ast.literal_eval(run.stdout.strip().splitlines()[-1]), torch.load(path), run.stderr
 
     (hybrid, hardware, available, reason), images, warned = probe("exhausted", ORBBEC_NVJPEG_LANE_SETS="1000")
     if not available and not reason:

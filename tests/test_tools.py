@@ -7,6 +7,7 @@ import time
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))  # the engineering probes (worker_times, core_interrupts)
 from benchmark_pipeline import dali_variants, median_run, run_child, workers_for, write_markdown  # noqa: E402
 from gpu_clocks import parse_rows, summarize  # noqa: E402
 from profile_loader import loader_advice  # noqa: E402
@@ -145,7 +146,6 @@ def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatc
     from test_data import JpegDataset, _transform
 
     from orbbec.data import _loader
-    sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))
     from worker_times import KEY, _core, install, summary
 
     assert 0 <= _core() < os.cpu_count()
@@ -170,7 +170,6 @@ def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatc
 
 
 def test_core_interrupts_reads_proc_and_reports_what_changed_during_a_command():
-    sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))
     from core_interrupts import core_ticks, interrupt_counts, report
 
     stat = "cpu  9 0 9 9 0 0 0 0 0 0\ncpu0 10 0 5 100 1 0 2 0 0 0\ncpu1 20 0 6 90 0 0 1 0 0 0\nintr 5\n"
