@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -201,6 +202,57 @@ def test_resume_mid_epoch_gives_the_rest_of_the_epoch(device):
     for a, b in zip(head + tail, full):
         assert torch.equal(a["label"], b["label"]) and torch.equal(a["image"], b["image"])
     assert resumed.epoch == 1
+
+
+class _SlowAt(JpegDataset):
+    """JpegDataset whose samples in `slow` take half a second to read (their worker falls behind)
+    and whose samples in `fail` raise."""
+
+    def __init__(self, slow=(), fail=()):
+        super().__init__()
+        self.slow, self.fail = set(slow), set(fail)
+
+    def __getitem__(self, i):
+        if i in self.slow:
+            time.sleep(0.5)
+        if i in self.fail:
+            raise ValueError(f"unreadable sample {i}")
+        return super().__getitem__(i)
+
+
+def _labels_and_images(loader, epochs=(0,)):
+    out = []
+    for e in epochs:
+        loader.set_epoch(e)
+        out += [(b["label"].tolist(), b["image"].cpu()) for b in loader]
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_late_worker_changes_neither_the_batches_nor_their_order(device):
+    """Two samples are slow to read, so their workers' batches come back after later ones (the GPU
+    path takes the workers' batches as they come): the batches of two epochs, and their order, are
+    those of the loader without workers."""
+    make = lambda ds, w: GPULoader(ds, 3, transform=_transform(), shuffle=True, num_workers=w, seed=4, device=device)
+    want = _labels_and_images(make(JpegDataset(), 0), (0, 1))
+    got = _labels_and_images(make(_SlowAt(slow=[2, 11]), 4), (0, 1))
+    assert [labels for labels, _ in got] == [labels for labels, _ in want]
+    for (labels, a), (_, b) in zip(got, want):
+        assert torch.equal(a, b), labels
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_error_comes_after_every_batch_before_it(device):
+    """A sample that raises in the dataset, with an earlier batch late: every batch before the
+    failing one is handed out first, then its error."""
+    make = lambda ds, w: GPULoader(ds, 3, transform=_transform(), shuffle=True, num_workers=w, seed=4, device=device)
+    order = [labels for labels, _ in _labels_and_images(make(JpegDataset(), 0))]
+    fail, slow = order[4][1], order[2][0]
+    got = []
+    with pytest.raises(ValueError, match=f"unreadable sample {fail}"):
+        for b in make(_SlowAt(slow=[slow], fail=[fail]), 3):
+            got.append(b["label"].tolist())
+    assert got == order[:4]
 
 
 @pytest.mark.parametrize("device", DEVICES)

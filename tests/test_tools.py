@@ -88,6 +88,10 @@ def test_benchmark_rounds_report_the_median_run_and_the_range(tmp_path):
     text = (tmp_path / "t.md").read_text()
     assert "median of 3 alternated rounds" in text
     assert "| face | orbbec | 200 (100-300) | 2.00 | 80% |" in text  # against decoding alone's median, 250
+    assert "the other pipelines once" not in text
+    results["rounds_of"] = ["orbbec", "orbbec decode only"]  # --rounds-of: DALI measured in the first round only
+    write_markdown(results, str(tmp_path / "t.md"))
+    assert "(orbbec, orbbec decode only; the other pipelines once, in the first round" in (tmp_path / "t.md").read_text()
 
 
 def test_benchmark_workers_per_workload():

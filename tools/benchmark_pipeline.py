@@ -429,6 +429,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure every pipeline this many times, in alternated rounds; rows give the median run "
                          "and the range (a process's rate varies more than the pipelines differ on small images)")
+    ap.add_argument("--rounds-of", default=None,
+                    help="the pipelines measured in every round (default: all); the others once, in the first "
+                         "round (e.g. \"orbbec,orbbec decode only\" for the loader's share of decoding alone)")
     ap.add_argument("--dali-queues", default="32,8",
                     help="CUDA work queues (CUDA_DEVICE_MAX_CONNECTIONS) DALI is measured under; its best counts")
     ap.add_argument("--json", default=None)
@@ -469,12 +472,16 @@ def main():
     data_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "orbbec_pipeline_data.pkl")
     with open(data_path, "wb") as f:
         pickle.dump({w: build_data(w) for w in workloads}, f)
+    every_round = args.pipelines.split(",") if args.rounds_of is None else args.rounds_of.split(",")
     results = {"env": env, "seconds": args.seconds, "warmup_s": args.warmup, "rounds": args.rounds,
+               "rounds_of": every_round if args.rounds > 1 and args.rounds_of else None,
                "workers": {w: workers_for(args.workers, w) for w in workloads}, "workloads": {}}
     for w in workloads:
         runs = {}  # label: its measurements, one per round (the rounds alternate the pipelines)
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for name in args.pipelines.split(","):
+                if round_ > 0 and name not in every_round:
+                    continue
                 variants = dali_variants(args.dali_queues) if name == "DALI" else [(name, None, None)]
                 for label, load, queues in variants:
                     r = measure_child(args, name, w, data_path, label, load, queues)
@@ -630,6 +637,9 @@ def write_markdown(r, path):
         warmup = f"a {r['warmup_s']} s warm-up" if "warmup_s" in r else "a warm-up of 4 batches"
         rounds = (f"; the median of {r['rounds']} alternated rounds, each pipeline in its own process, "
                   "with their range" if r.get("rounds", 1) > 1 else "")
+        if rounds and r.get("rounds_of"):
+            rounds += (" (" + ", ".join(r["rounds_of"]) + "; the other pipelines once, in the first round, "
+                       "DALI's best of its settings)")
         f.write(f"{r['env']}; {r['seconds']} s per pipeline after {warmup}{rounds}.\n\n" + "\n".join(lines) + "\n")
         if shares:
             f.write("\nThe orbbec row decodes each JPEG down to the last row its warp reads (partial_decode); "

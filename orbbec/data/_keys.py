@@ -11,8 +11,9 @@ from . import _order
 
 class Keys(torch.utils.data.Sampler):
     """The keys the workers read next, set before each pass: an epoch's list, or a Plan that goes
-    on into the following epochs. Each key goes out with the pass's `generation` appended: a worker
-    marks the shared slot it packs into with it (_shared.SlotTable.claim)."""
+    on into the following epochs. Each key goes out with the pass's `generation` and its position
+    in the pass appended: a worker marks the shared slot it packs into with the generation
+    (_shared.SlotTable.claim); a batch's error is raised at its position (_reorder.py)."""
 
     def __init__(self):
         self.source = []
@@ -26,8 +27,8 @@ class Keys(torch.utils.data.Sampler):
 
 
 def _with_generation(keys, generation: int):
-    for k in keys:
-        yield (*k, generation)
+    for seq, k in enumerate(keys):
+        yield (*k, generation, seq)
 
 
 def keys_of(epoch: int, seed: int, indices: List[int], batch_size: int, drop_last: bool, skip: int) -> list:

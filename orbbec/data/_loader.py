@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional
 
 import torch
+from torch._utils import ExceptionWrapper
 
 from ..common import ArgumentTypeError
 from ..common.cuda_connections import warn_if_cuda_started_first
@@ -18,6 +19,7 @@ from ._shared import SlotTable
 from ._stages import assemble
 from ._epoch import CudaEpoch, Epoch, Timing
 from ._keys import Keys, Plan, keys_of
+from ._reorder import BatchError
 from ._stream import DECODES_IN_FLIGHT, RECEIVED_DEPTH, Counters, GpuStream, start_workers
 
 # The side stream's priority. High (-1): the decoder's kernels and copies are short and the training
@@ -57,17 +59,31 @@ class _Batches(torch.utils.data.Dataset):
 
     def __getitem__(self, key):
         cfg = self.cfg
-        epoch, seed, indices, generation = key
+        epoch, seed, indices, generation, seq = key
+        if cfg.device.type == "cpu":  # the CPU path decodes and augments in the worker too
+            batch = self._prepare(epoch, seed, indices, seq)
+            assemble(cfg, batch)
+            return batch
+        # On the GPU path an exception travels at its batch's position, to be raised after the
+        # batches before it (_reorder.py).
+        info = torch.utils.data.get_worker_info()
+        try:
+            batch = self._prepare(epoch, seed, indices, seq)
+            if info is not None:
+                batch.pack(cfg.slots, info.id, generation)
+        except Exception as e:  # noqa: BLE001 (raised in the consumer)
+            if info is None:
+                return BatchError(seq, e)
+            return BatchError(seq, wrapper=ExceptionWrapper(where=f"in DataLoader worker process {info.id}"))
+        return batch
+
+    def _prepare(self, epoch, seed, indices, seq):
+        cfg = self.cfg
         batch = prepare(cfg.dataset, indices, transform=cfg.transform, seed=seed, epoch=epoch,
                         box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged,
                         partial_decode=cfg.partial_decode and cfg.device.type == "cuda", mode=cfg.mode)
         batch.extra["epoch"], batch.extra["seed"] = epoch, seed  # the consumer checks the key it gets
-        if cfg.device.type == "cpu":
-            assemble(cfg, batch)  # the CPU path decodes and augments in the worker too
-        else:
-            info = torch.utils.data.get_worker_info()
-            if info is not None:
-                batch.pack(cfg.slots, info.id, generation)
+        batch.extra["seq"] = seq
         return batch
 
 

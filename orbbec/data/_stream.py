@@ -19,6 +19,7 @@ import weakref
 
 import torch
 
+from ._reorder import MISSING, BatchError, InOrder, seq_of
 from ._shared import map_leaves
 from ._stages import augment_batch, finish_decode, start_decode_batch
 
@@ -80,6 +81,7 @@ class GpuStream:
         self.decoded: "queue.Queue" = queue.Queue(maxsize=1)
         self.stop = threading.Event()
         self.finished = False  # DONE or an exception was handed out: nothing more will come
+        self.in_order = InOrder()  # a batch's error comes before the batches still in flight before it
         self.threads = [threading.Thread(target=self._receive, name="orbbec-loader-receive", daemon=True),
                         threading.Thread(target=self._decode, name="orbbec-loader-decode", daemon=True),
                         threading.Thread(target=self._augment, name="orbbec-loader-augment", daemon=True)]
@@ -92,15 +94,23 @@ class GpuStream:
         """The next batch, ready on the current stream; StopIteration when the plan has ended."""
         if self.finished:
             raise StopIteration
-        item = self.queue.get()
-        if item is DONE:
+        item = self.in_order.pop()
+        while item is MISSING:
+            got = self.queue.get()
+            if got is DONE or isinstance(got, BaseException):
+                self.finished = True
+                self.close()
+                if got is DONE and self.in_order.early:  # every batch before DONE has come: cannot happen
+                    raise RuntimeError(f"GPULoader: batch {self.in_order.next} of the pass never came")
+                if got is DONE:
+                    raise StopIteration
+                raise got
+            self.in_order.add(got)
+            item = self.in_order.pop()
+        if isinstance(item, BatchError):
             self.finished = True
             self.close()
-            raise StopIteration
-        if isinstance(item, BaseException):
-            self.finished = True
-            self.close()
-            raise item
+            item.reraise()
         batch, event = item
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(event)
@@ -143,7 +153,8 @@ class GpuStream:
     def _receive(self):
         try:
             for batch in start_workers(self.reader):
-                batch.unpack(self.cfg.slots)
+                if not isinstance(batch, BatchError):
+                    batch.unpack(self.cfg.slots)
                 if not self._put(batch, self.received):
                     return
             self._put(DONE, self.received)
@@ -163,7 +174,17 @@ class GpuStream:
                     if self.stop.is_set():
                         return
                     waited = time.perf_counter() - t
-                    pending.append((batch, self._start(batch), waited))
+                    if isinstance(batch, BatchError):  # a worker's: passed on to its place in the order
+                        if not self._put(batch, self.decoded):
+                            return
+                        continue
+                    try:
+                        started = self._start(batch)
+                    except Exception as e:  # noqa: BLE001 (raised in the consumer, at the batch's place)
+                        if not self._put(BatchError(seq_of(batch), e), self.decoded):
+                            return
+                        continue
+                    pending.append((batch, started, waited))
                     if len(pending) >= DECODES_IN_FLIGHT and not self._finish(*pending.pop(0)):
                         return
                     t = time.perf_counter()
@@ -207,6 +228,8 @@ class GpuStream:
     def _finish(self, batch, started, waited) -> bool:
         try:
             finish_decode(self.cfg, batch, started)
+        except Exception as e:  # noqa: BLE001 (raised in the consumer, at the batch's place)
+            return self._put(BatchError(seq_of(batch), e), self.decoded)
         finally:
             self._release(batch)
         x = batch.extra
@@ -224,9 +247,18 @@ class GpuStream:
                 for batch in self._items(self.decoded):
                     if self.stop.is_set():
                         return
+                    if isinstance(batch, BatchError):
+                        if not self._put(batch):
+                            return
+                        continue
                     t1 = time.perf_counter()
-                    augment_batch(self.cfg, batch)
-                    _pin_and_move(batch, self.device)
+                    try:
+                        augment_batch(self.cfg, batch)
+                        _pin_and_move(batch, self.device)
+                    except Exception as e:  # noqa: BLE001 (raised in the consumer, at the batch's place)
+                        if not self._put(BatchError(seq_of(batch), e)):
+                            return
+                        continue
                     event = torch.cuda.Event()
                     event.record(self.stream)
                     t2 = time.perf_counter()

@@ -26,8 +26,9 @@ inline NvjpegMemoryCalls& nvjpeg_memory_calls() {
 
 // nvJPEG reports a failed allocation only as "allocator failure": the CUDA error and the size are kept
 // here, per thread (nvJPEG calls the allocator on the thread that called it), for the error message.
-// The failed call's error is also taken off CUDA's last-error slot, where a later unrelated launch
-// check (torch's) would otherwise find it and blame itself.
+// A successful allocation clears it, so that a later failure of nvJPEG's own is not blamed on an
+// allocation that failed long before. The failed call's error is also taken off CUDA's last-error
+// slot, where a later unrelated launch check (torch's) would otherwise find it and blame itself.
 struct AllocationFailure {
   const char* call = nullptr;
   size_t bytes = 0;
@@ -40,7 +41,10 @@ inline AllocationFailure& last_allocation_failure() {
 }
 
 inline int allocation_result(cudaError_t e, const char* call, size_t bytes) {
-  if (e == cudaSuccess) return 0;
+  if (e == cudaSuccess) {
+    last_allocation_failure() = AllocationFailure{};
+    return 0;
+  }
   cudaGetLastError();
   last_allocation_failure() = AllocationFailure{call, bytes, e};
   return 1;
