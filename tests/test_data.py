@@ -230,9 +230,8 @@ def _labels_and_images(loader, epochs=(0,)):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_late_worker_changes_neither_the_batches_nor_their_order(device):
-    """Two samples are slow to read, so their workers' batches come back after later ones (the GPU
-    path takes the workers' batches as they come): the batches of two epochs, and their order, are
-    those of the loader without workers."""
+    """Two samples are slow to read, so their workers fall behind the others: the batches of two
+    epochs, and their order, are those of the loader without workers."""
     make = lambda ds, w: GPULoader(ds, 3, transform=_transform(), shuffle=True, num_workers=w, seed=4, device=device)
     want = _labels_and_images(make(JpegDataset(), 0), (0, 1))
     got = _labels_and_images(make(_SlowAt(slow=[2, 11]), 4), (0, 1))

@@ -177,12 +177,14 @@ class GpuStream:
                     if isinstance(batch, BatchError):  # a worker's: passed on to its place in the order
                         if not self._put(batch, self.decoded):
                             return
+                        t = time.perf_counter()
                         continue
                     try:
                         started = self._start(batch)
                     except Exception as e:  # noqa: BLE001 (raised in the consumer, at the batch's place)
                         if not self._put(BatchError(seq_of(batch), e), self.decoded):
                             return
+                        t = time.perf_counter()
                         continue
                     pending.append((batch, started, waited))
                     if len(pending) >= DECODES_IN_FLIGHT and not self._finish(*pending.pop(0)):
