@@ -172,7 +172,6 @@ def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatc
     assert all(0 <= v["core"] < os.cpu_count() and v["system_ms"] <= v["wall_ms"] + 10 for v in s.values())
 
 
-
 def test_core_interrupts_reads_proc_and_reports_what_changed_during_a_command():
     from core_interrupts import core_ticks, interrupt_counts, report
 
