@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any, List, Optional
 
 import torch
-from torch._utils import ExceptionWrapper
 
 from ..common import ArgumentTypeError
 from ..common.cuda_connections import warn_if_cuda_started_first
@@ -19,7 +18,6 @@ from ._shared import SlotTable
 from ._stages import assemble
 from ._epoch import CudaEpoch, Epoch, Timing
 from ._keys import Keys, Plan, keys_of
-from ._reorder import BatchError
 from ._stream import DECODES_IN_FLIGHT, RECEIVED_DEPTH, Counters, GpuStream, start_workers
 
 # The side stream's priority. High (-1): the decoder's kernels and copies are short and the training
@@ -64,17 +62,10 @@ class _Batches(torch.utils.data.Dataset):
             batch = self._prepare(epoch, seed, indices, seq)
             assemble(cfg, batch)
             return batch
-        # On the GPU path an exception travels at its batch's position, to be raised after the
-        # batches before it (_reorder.py).
+        batch = self._prepare(epoch, seed, indices, seq)
         info = torch.utils.data.get_worker_info()
-        try:
-            batch = self._prepare(epoch, seed, indices, seq)
-            if info is not None:
-                batch.pack(cfg.slots, info.id, generation)
-        except Exception as e:  # noqa: BLE001 (raised in the consumer)
-            if info is None:
-                return BatchError(seq, e)
-            return BatchError(seq, wrapper=ExceptionWrapper(where=f"in DataLoader worker process {info.id}"))
+        if info is not None:
+            batch.pack(cfg.slots, info.id, generation)
         return batch
 
     def _prepare(self, epoch, seed, indices, seq):

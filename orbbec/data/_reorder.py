@@ -9,21 +9,18 @@ InOrder puts the items back in order of position before the consumer takes them.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 MISSING = object()
 
 
 class BatchError:
-    """The exception of one batch, in its place in the order. From a worker it travels as torch's
-    ExceptionWrapper (an exception object may not pickle); in this process it is kept as it is."""
+    """The exception of one batch, in its place in the order."""
 
-    def __init__(self, seq: int, error: Optional[BaseException] = None, wrapper: Any = None):
-        self.seq, self.error, self.wrapper = seq, error, wrapper
+    def __init__(self, seq: int, error: BaseException):
+        self.seq, self.error = seq, error
 
     def reraise(self):
-        if self.wrapper is not None:
-            self.wrapper.reraise()
         raise self.error
 
 

@@ -151,10 +151,21 @@ class GpuStream:
             yield item
 
     def _receive(self):
+        """The DataLoader hands the batches over in order, so an exception its iterator raises (the
+        dataset's, re-raised from a worker by torch) is that of the batch after the last one received."""
+        next_seq = 0
         try:
-            for batch in start_workers(self.reader):
-                if not isinstance(batch, BatchError):
-                    batch.unpack(self.cfg.slots)
+            batches = start_workers(self.reader)
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except Exception as e:  # noqa: BLE001 (raised in the consumer, at the batch's place)
+                    self._put(BatchError(next_seq, e), self.received)
+                    break
+                next_seq = seq_of(batch) + 1
+                batch.unpack(self.cfg.slots)
                 if not self._put(batch, self.received):
                     return
             self._put(DONE, self.received)
