@@ -43,6 +43,24 @@ def test_batch_draws_follow_the_public_sample_rng():
     assert len(set(firsts.values())) == len(firsts)  # every (seed, epoch, index) its own stream
 
 
+
+def test_the_cheap_uniform_draws_what_numpys_uniform_draws():
+    """The transforms draw through _random.uniform (a third of rng.uniform's cost): the same values
+    from the same stream, the stream left where rng.uniform leaves it."""
+    import platform
+
+    from orbbec.augment._random import uniform
+
+    ours, numpys = A.sample_rng(5, 1, 77), A.sample_rng(5, 1, 77)
+    bounds = [(0.08, 1.0), (-30.0, 30.0), (-0.287, 0.287), (-1e9, -1e-3), (1e-3, 1e9), (4.0, 4.0)]
+    got = [uniform(ours, lo, hi) for _ in range(5000) for lo, hi in bounds]
+    want = [numpys.uniform(lo, hi) for _ in range(5000) for lo, hi in bounds]
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert got == want
+    else:  # numpy's C may fuse the multiply-add there: the last bit may differ
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+    assert ours.random() == numpys.random()
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_flip_and_center_crop_are_exact(device):
     img = _photo(0, (120, 160)).to(device)

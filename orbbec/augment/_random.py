@@ -48,3 +48,11 @@ class SampleRngs:
                            "state": {"counter": self._zeros, "key": _key(self.run_key, index)},
                            "buffer": self._zeros, "buffer_pos": 4, "has_uint32": 0, "uinteger": 0}
         return self.generator
+
+
+def uniform(rng: np.random.Generator, low: float, high: float) -> float:
+    """rng.uniform(low, high) for two scalars: the same draw from the same stream (numpy computes
+    low + (high - low) * next_double, and rng.random() is next_double), at about a third of the
+    cost of the call (0.7 against 2.2 us), of which a loader worker makes a few per sample. (Where
+    numpy's C fuses that multiply-add, e.g. on aarch64, the last bit may differ from its uniform.)"""
+    return low + (high - low) * rng.random()
