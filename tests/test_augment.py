@@ -186,6 +186,21 @@ def test_compose_refuses_ragged_outputs_and_misplaced_normalize():
         A.Compose([A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD), A.Resize(8)])
 
 
+@pytest.mark.parametrize("make, name", [
+    (lambda: A.RandomResizedCrop(64, scale=(1.0, 0.08)), "RandomResizedCrop.scale"),
+    (lambda: A.RandomResizedCrop(64, ratio=(4 / 3, 3 / 4)), "RandomResizedCrop.ratio"),
+    (lambda: A.RandomAffine((20, -20)), "RandomAffine.degrees"),
+    (lambda: A.RandomAffine(0, scale=(1.25, 0.75)), "RandomAffine.scale"),
+    (lambda: A.RandomAffine(0, shear=(10, -10)), "RandomAffine.shear"),
+    (lambda: A.RandomAffine(0, shear=(-10, 10, 5, -5)), r"RandomAffine.shear \(y\)"),
+    (lambda: A.RandomRotation((30, 10)), "RandomRotation.degrees"),
+])
+def test_an_inverted_range_is_refused_naming_the_argument(make, name):
+    """(max, min) is refused when the transform is made, not at the first sample in a worker."""
+    with pytest.raises(ValueError, match=f"{name}: expected \\(min, max\\)"):
+        make()
+
+
 # Against torchvision.transforms.v2 given the same parameters (skipped where torchvision is missing).
 
 def _v2():

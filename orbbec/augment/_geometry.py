@@ -77,7 +77,8 @@ class RandomResizedCrop:
     tries, then the central crop of the clamped ratio), resized to `size`."""
 
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-        self.size, self.scale, self.ratio = _pair(size, "RandomResizedCrop.size"), scale, ratio
+        self.size = _pair(size, "RandomResizedCrop.size")
+        self.scale, self.ratio = _ordered(scale, "RandomResizedCrop.scale"), _ordered(ratio, "RandomResizedCrop.ratio")
 
     def region(self, rng, h, w):
         area = h * w
@@ -148,7 +149,15 @@ def _range(v, name, center=0.0):
         if v < 0:
             raise ArgumentError(f"{name}: must be >= 0, got {v}")
         return (center - v, center + v)
-    return (float(v[0]), float(v[1]))
+    return _ordered(v, name)
+
+
+def _ordered(v, name) -> Tuple[float, float]:
+    """A (min, max) pair, refused when inverted (torchvision's draw would fail there, at the first sample)."""
+    low, high = float(v[0]), float(v[1])
+    if low > high:
+        raise ArgumentError(f"{name}: expected (min, max), got ({low}, {high})")
+    return low, high
 
 
 class RandomAffine:
@@ -158,14 +167,15 @@ class RandomAffine:
     degrees along x (and y when four numbers are given), about the image centre; the size is kept."""
 
     def __init__(self, degrees, translate=None, scale=None, shear=None):
-        self.degrees = _range(degrees, "degrees")
-        self.translate, self.scale = translate, scale
+        self.degrees = _range(degrees, "RandomAffine.degrees")
+        self.translate = translate
+        self.scale = None if scale is None else _ordered(scale, "RandomAffine.scale")
         if shear is None or isinstance(shear, (int, float)):
-            self.shear = (_range(shear, "shear"), (0.0, 0.0))
+            self.shear = (_range(shear, "RandomAffine.shear"), (0.0, 0.0))
         elif len(shear) == 2:
-            self.shear = ((float(shear[0]), float(shear[1])), (0.0, 0.0))
+            self.shear = (_ordered(shear, "RandomAffine.shear"), (0.0, 0.0))
         else:
-            self.shear = ((float(shear[0]), float(shear[1])), (float(shear[2]), float(shear[3])))
+            self.shear = (_ordered(shear[:2], "RandomAffine.shear (x)"), _ordered(shear[2:], "RandomAffine.shear (y)"))
 
     def __call__(self, rng, size: Size):
         h, w = size
@@ -205,7 +215,7 @@ class RandomRotation:
             raise ArgumentError("RandomRotation: expand=True is not supported (follow with Resize or a crop "
                                 "to choose the output size)")
         _constant_border("RandomRotation", fill)
-        self.degrees, self.center = _range(degrees, "degrees"), center
+        self.degrees, self.center = _range(degrees, "RandomRotation.degrees"), center
 
     def __call__(self, rng, size: Size):
         h, w = size
