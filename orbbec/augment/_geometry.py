@@ -170,10 +170,8 @@ class RandomAffine:
         self.degrees = _range(degrees, "RandomAffine.degrees")
         self.translate = translate
         self.scale = None if scale is None else _ordered(scale, "RandomAffine.scale")
-        if shear is None or isinstance(shear, (int, float)):
+        if shear is None or isinstance(shear, (int, float)) or len(shear) == 2:
             self.shear = (_range(shear, "RandomAffine.shear"), (0.0, 0.0))
-        elif len(shear) == 2:
-            self.shear = (_ordered(shear, "RandomAffine.shear"), (0.0, 0.0))
         else:
             self.shear = (_ordered(shear[:2], "RandomAffine.shear (x)"), _ordered(shear[2:], "RandomAffine.shear (y)"))
 

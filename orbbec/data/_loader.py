@@ -58,23 +58,17 @@ class _Batches(torch.utils.data.Dataset):
     def __getitem__(self, key):
         cfg = self.cfg
         epoch, seed, indices, generation, seq = key
-        if cfg.device.type == "cpu":  # the CPU path decodes and augments in the worker too
-            batch = self._prepare(epoch, seed, indices, seq)
-            assemble(cfg, batch)
-            return batch
-        batch = self._prepare(epoch, seed, indices, seq)
-        info = torch.utils.data.get_worker_info()
-        if info is not None:
-            batch.pack(cfg.slots, info.id, generation)
-        return batch
-
-    def _prepare(self, epoch, seed, indices, seq):
-        cfg = self.cfg
         batch = prepare(cfg.dataset, indices, transform=cfg.transform, seed=seed, epoch=epoch,
                         box_min_visible=cfg.box_min_visible, flip_pairs=cfg.flip_pairs, ragged=cfg.ragged,
                         partial_decode=cfg.partial_decode and cfg.device.type == "cuda", mode=cfg.mode)
         batch.extra["epoch"], batch.extra["seed"] = epoch, seed  # the consumer checks the key it gets
-        batch.extra["seq"] = seq
+        batch.extra["seq"] = seq  # a batch's error is raised at its position (_reorder.py)
+        if cfg.device.type == "cpu":
+            assemble(cfg, batch)  # the CPU path decodes and augments in the worker too
+        else:
+            info = torch.utils.data.get_worker_info()
+            if info is not None:
+                batch.pack(cfg.slots, info.id, generation)
         return batch
 
 
