@@ -422,7 +422,7 @@ def main():
     ap.add_argument("--warmup", type=float, default=WARMUP_S, help="seconds each pipeline runs before the clock starts")
     ap.add_argument("--workloads", default="cls-1080p,cls-500x375,face,det")
     ap.add_argument("--pipelines", default=",".join(PIPELINES))
-    ap.add_argument("--workers", default="9,face=32,det=32",
+    ap.add_argument("--workers", default="9,cls-500x375=24,face=32,det=32",
                     help="orbbec's DataLoader workers (reading bytes): N, or N plus per-workload counts "
                          "(9,face=32), as a user sets num_workers per dataset")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per pipeline before it counts as timed out")

@@ -185,15 +185,9 @@ class GpuStream:
                     if self.stop.is_set():
                         return
                     waited = time.perf_counter() - t
-                    if isinstance(batch, BatchError):  # a worker's: passed on to its place in the order
-                        if not self._put(batch, self.decoded):
-                            return
-                        t = time.perf_counter()
-                        continue
-                    try:
-                        started = self._start(batch)
-                    except Exception as e:  # noqa: BLE001 (raised in the consumer, at the batch's place)
-                        if not self._put(BatchError(seq_of(batch), e), self.decoded):
+                    started, error = self._start(batch)
+                    if error is not None:  # passed on to its batch's place in the order
+                        if not self._put(error, self.decoded):
                             return
                         t = time.perf_counter()
                         continue
@@ -214,11 +208,17 @@ class GpuStream:
                 self._abandon(batch, started)
 
     def _start(self, batch):
+        """(the batch's started decode, None), or (None, the BatchError to pass on in its place): a
+        worker's error, or this batch's own."""
+        if isinstance(batch, BatchError):
+            return None, batch
         try:
-            return start_decode_batch(self.cfg, batch)
-        except BaseException:
+            return start_decode_batch(self.cfg, batch), None
+        except BaseException as e:
             self._release(batch)
-            raise
+            if not isinstance(e, Exception):
+                raise
+            return None, BatchError(seq_of(batch), e)
 
     def _abandon(self, batch, started):
         """A started batch that will not be finished: its bytes are released once the decoder is
@@ -260,16 +260,10 @@ class GpuStream:
                 for batch in self._items(self.decoded):
                     if self.stop.is_set():
                         return
-                    if isinstance(batch, BatchError):
-                        if not self._put(batch):
-                            return
-                        continue
                     t1 = time.perf_counter()
-                    try:
-                        augment_batch(self.cfg, batch)
-                        _pin_and_move(batch, self.device)
-                    except Exception as e:  # noqa: BLE001 (raised in the consumer, at the batch's place)
-                        if not self._put(BatchError(seq_of(batch), e)):
+                    error = batch if isinstance(batch, BatchError) else self._augment_one(batch)
+                    if error is not None:  # raised in the consumer, at its batch's place
+                        if not self._put(error):
                             return
                         continue
                     event = torch.cuda.Event()
@@ -281,6 +275,16 @@ class GpuStream:
             self._put(DONE)
         except BaseException as e:  # handed to the consumer, raised there
             self._put(e)
+
+    def _augment_one(self, batch):
+        """Warps the batch and moves its targets to the GPU; None, or the BatchError to pass on in
+        its place."""
+        try:
+            augment_batch(self.cfg, batch)
+            _pin_and_move(batch, self.device)
+        except Exception as e:  # noqa: BLE001 (raised in the consumer, at the batch's place)
+            return BatchError(seq_of(batch), e)
+        return None
 
 
 def _tensors(batch):

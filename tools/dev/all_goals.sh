@@ -29,7 +29,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 bench() {  # workloads, name
   timeout 560 python3 tools/benchmark_pipeline.py --seconds 2.5 --rounds 3 --rounds-of "orbbec,orbbec decode only" \
-    --workers "12,cls-1080p=9,det=32,face=32" \
+    --workers "24,cls-1080p=9,det=32,face=32" \
     --pipelines "orbbec,orbbec decode only,DALI,torchvision,CPU DataLoader" --workloads "$1" \
     --json "$keep/$2.json" --md "$OUT/$2.md" > "$OUT/bench_$2.log" 2>&1
   echo "benchmark $2 rc $?"
