@@ -216,7 +216,7 @@ class GpuStream:
             return start_decode_batch(self.cfg, batch), None
         except BaseException as e:
             self._release(batch)
-            if not isinstance(e, Exception):
+            if not isinstance(e, Exception):  # an interrupt or exit stops the thread; an error is the batch's
                 raise
             return None, BatchError(seq_of(batch), e)
 
