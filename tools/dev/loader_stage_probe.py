@@ -222,6 +222,36 @@ def split_cores(worker_pids, n_worker_cores):
                 pass
 
 
+def interrupt_core():
+    """The core that has taken the most of the GPU driver's interrupts ("nvidia" lines of
+    /proc/interrupts, counted since boot), or None."""
+    from core_interrupts import interrupt_counts
+
+    with open("/proc/interrupts") as f:
+        counts = [c for name, c in interrupt_counts(f.read()).items() if "nvidia" in name]
+    if not counts:
+        return None
+    per_core = [sum(c[i] for c in counts if i < len(c)) for i in range(max(len(c) for c in counts))]
+    return max(range(len(per_core)), key=per_core.__getitem__)
+
+
+def native_threads_off(core):
+    """This process's threads that are not Python's (the decoder's lanes and pool, CUDA's) kept off
+    `core`; the workers and the loader's Python threads may still run there. Returns how many moved."""
+    python = {t.native_id for t in threading.enumerate()}
+    allowed = set(os.sched_getaffinity(0)) - {core}
+    moved = 0
+    for tid in map(int, os.listdir(f"/proc/{os.getpid()}/task")):
+        if tid in python:
+            continue
+        try:
+            os.sched_setaffinity(tid, allowed)
+            moved += 1
+        except OSError:  # a thread that has just ended
+            pass
+    return moved
+
+
 def cut_items(workload, items):
     """The items with each JPEG cut to the rows one draw of its warp reads (the loader's
     partial_decode, decided once per file), for decoding alone on those rows."""
@@ -263,7 +293,7 @@ def host_ms_per_call(before):
     return {k: round((hb[k] - ha[k]) / calls * 1e3, 2) for k in hb if k != "calls"}
 
 
-def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0, windows=1):
+def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0, windows=1, native_off_irq=False):
     from orbbec.data import GPULoader
 
     loader = GPULoader(items, batch, transform=transform, shuffle=True, num_workers=workers, prefetch=4,
@@ -288,6 +318,10 @@ def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_core
         pids = [w.pid for w in getattr(loader._reader._iterator, "_workers", [])]
         if worker_cores:
             split_cores(pids, worker_cores)
+        if native_off_irq:
+            core = interrupt_core()
+            if core is not None:
+                print(f"  interrupt core {core}: {native_threads_off(core)} native threads kept off it", flush=True)
         if cpu:
             MARKS["clock"] = CpuClock(pids)
             MARKS["a"], MARKS["t"] = MARKS["clock"].read(), time.perf_counter()
@@ -325,6 +359,8 @@ def main():
     ap.add_argument("--received-depth", type=int, default=0,
                     help="room for received batches before the decoding thread (default: the loader's)")
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--native-off-irq", action="store_true",
+                    help="keep the decoder's native threads off the core that takes the GPU's interrupts")
     ap.add_argument("--per-worker", action="store_true", help="each worker's own times per batch (worker_times.py)")
     ap.add_argument("--windows", type=int, default=1, help="measure this many windows in turn in one process")
     ap.add_argument("--cut-rows", action="store_true", help="--mode decode: on the rows a draw's warp reads only")
@@ -364,7 +400,7 @@ def main():
     else:
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
         r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores,
-                          windows=a.windows)
+                          windows=a.windows, native_off_irq=a.native_off_irq)
     print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
