@@ -43,7 +43,6 @@ def test_batch_draws_follow_the_public_sample_rng():
     assert len(set(firsts.values())) == len(firsts)  # every (seed, epoch, index) its own stream
 
 
-
 def test_the_cheap_uniform_draws_what_numpys_uniform_draws():
     """The transforms draw through _random.uniform (a third of rng.uniform's cost): the same values
     from the same stream, the stream left where rng.uniform leaves it."""
@@ -60,6 +59,7 @@ def test_the_cheap_uniform_draws_what_numpys_uniform_draws():
     else:  # numpy's C may fuse the multiply-add there: the last bit may differ
         np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
     assert ours.random() == numpys.random()
+
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_flip_and_center_crop_are_exact(device):

@@ -215,11 +215,21 @@ def split_cores(worker_pids, n_worker_cores):
     cores = sorted(os.sched_getaffinity(0))
     mine, theirs = set(cores[n_worker_cores:]), set(cores[:n_worker_cores])
     for pid, allowed in [(os.getpid(), mine)] + [(p, theirs) for p in worker_pids]:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                os.sched_setaffinity(int(tid), allowed)
-            except OSError:  # a thread that has just ended
-                pass
+        threads_on(pid, allowed)
+
+
+def threads_on(pid, allowed, skip=()) -> int:
+    """The threads of process `pid` (less those in `skip`) allowed only the cores `allowed`; how many."""
+    moved = 0
+    for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+        if tid in skip:
+            continue
+        try:
+            os.sched_setaffinity(tid, allowed)
+            moved += 1
+        except OSError:  # a thread that has just ended
+            pass
+    return moved
 
 
 def interrupt_core():
@@ -239,17 +249,7 @@ def native_threads_off(core):
     """This process's threads that are not Python's (the decoder's lanes and pool, CUDA's) kept off
     `core`; the workers and the loader's Python threads may still run there. Returns how many moved."""
     python = {t.native_id for t in threading.enumerate()}
-    allowed = set(os.sched_getaffinity(0)) - {core}
-    moved = 0
-    for tid in map(int, os.listdir(f"/proc/{os.getpid()}/task")):
-        if tid in python:
-            continue
-        try:
-            os.sched_setaffinity(tid, allowed)
-            moved += 1
-        except OSError:  # a thread that has just ended
-            pass
-    return moved
+    return threads_on(os.getpid(), set(os.sched_getaffinity(0)) - {core}, skip=python)
 
 
 def cut_items(workload, items):
