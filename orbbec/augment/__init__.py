@@ -24,12 +24,14 @@ from ._geometry import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomRe
                         RandomVerticalFlip, Resize)
 from ._erasing import RandomErasing
 from ._policies import RandAugment, TrivialAugmentWide, is_policy
+from ._batched import batched_chain, draw_batch
 from ._random import SampleRngs, sample_rng
 from ._targets import enclosing_boxes, transform_boxes, transform_keypoints, transform_landmarks
 from ..common import ArgumentError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+BATCH_DRAW_MIN = 4  # samples from which a batch_chain's draws are made for the batch at once (_batched.py)
 
 __all__ = ["Compose", "Normalize", "Params", "Resize", "CenterCrop", "RandomResizedCrop", "RandomAffine",
            "RandomRotation", "RandomCrop", "Pad", "RandomZoomOut", "RandomIoUCrop", "ScaleJitter",
@@ -93,6 +95,8 @@ class Compose:
         names = [type(t).__name__ for t in self.photometric]
         if len(set(names)) != len(names):
             raise ValueError(f"Compose: each photometric transform may appear once, got {names}")
+        # Chains whose draws can be made for a whole batch at once (the same numbers, less Python)
+        self._batch_chain = None if self.photometric or self.erasing else batched_chain(self.geometric)
 
     def draw(self, sizes: Sequence[Tuple[int, int]], indices: Sequence[int], *, epoch: int = 0,
              seed: int = 0, targets: Optional[Sequence[Optional[dict]]] = None) -> Params:
@@ -102,7 +106,6 @@ class Compose:
             raise ArgumentError(f"Compose.draw: {len(sizes)} sizes but {len(indices)} indices")
         if targets is not None and len(targets) != len(sizes):
             raise ArgumentError(f"Compose.draw: {len(sizes)} sizes but {len(targets)} targets")
-        mats, samples, out = [], [], None
         # Transforms that fit something to the targets (AlignFaces) do it for the whole batch at once.
         fits = {id(t): t.fit_batch(targets if targets is not None else [None] * len(sizes))
                 for t in self.geometric if hasattr(t, "fit_batch")}
@@ -112,38 +115,49 @@ class Compose:
         steps = [(t, type(t).__name__ + ".", fits.get(id(t)), getattr(t, "needs_target", False),
                   getattr(t, "needs_boxes", False)) for t in self.geometric]
         colour = [(type(t).__name__, t) for t in self.photometric if not is_policy(t)]
-        for k, ((h, w), index) in enumerate(zip(sizes, indices)):
-            rng = rngs.for_index(index)
-            m, size, info = None, (int(h), int(w)), {}
-            for t, name, fit, needs_target, needs_boxes in steps:
-                if fit is not None:
-                    step, size, p = t(rng, size, None if targets is None else targets[k], fit[k])
-                elif needs_target:
-                    step, size, p = t(rng, size, None if targets is None else targets[k])
-                elif needs_boxes:  # the sample's boxes where the steps so far moved them
-                    boxes = None if targets is None or targets[k] is None else targets[k].get("boxes")
-                    if boxes is not None:
-                        boxes = enclosing_boxes(boxes, (m if m is not None else np.eye(3))[:2]).numpy()
-                    step, size, p = t(rng, size, boxes)
-                else:
-                    step, size, p = t(rng, size)
-                m = step if m is None else step @ m
-                for key, v in p.items():
-                    info[name + key] = v
-            if m is None:
-                m = np.eye(3)
-            for cname, t in colour:  # (a policy drew its colour ops with its geometric ones)
-                info[cname] = t.draw(rng)
-            for t in self.erasing:
-                info[type(t).__name__] = t.draw_at(rng, size)
-            if out is not None and size != out:
+
+        def one(k):
+            return self._draw_one(rngs.for_index(indices[k]), sizes[k], k, targets, steps, colour)
+        if self._batch_chain is not None and len(indices) >= BATCH_DRAW_MIN:
+            mats, outs, samples, redo = draw_batch(self._batch_chain, sizes, indices, rngs.run_key)
+            for k in redo:
+                mats[k], outs[k], samples[k] = one(k)
+        else:
+            drawn = [one(k) for k in range(len(indices))]
+            mats, outs, samples = [d[0] for d in drawn], [d[1] for d in drawn], [d[2] for d in drawn]
+        out = outs[0] if outs else None
+        for size, index in zip(outs, indices):
+            if size != out:
                 raise ArgumentError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
-                                 "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), CenterCrop, "
-                                 "RandomCrop(size, pad_if_needed=True))")
-            out = size
-            mats.append(m[:2])
-            samples.append(info)
+                                    "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), "
+                                    "CenterCrop, RandomCrop(size, pad_if_needed=True))")
         return Params(torch.tensor(np.array(mats).reshape(-1, 2, 3), dtype=torch.float64), out, samples)
+
+    def _draw_one(self, rng, hw, k: int, targets, steps, colour):
+        """(matrix [2, 3], output size, parameters) of sample k of a batch, drawn from its rng."""
+        m, size, info = None, (int(hw[0]), int(hw[1])), {}
+        for t, name, fit, needs_target, needs_boxes in steps:
+            if fit is not None:
+                step, size, p = t(rng, size, None if targets is None else targets[k], fit[k])
+            elif needs_target:
+                step, size, p = t(rng, size, None if targets is None else targets[k])
+            elif needs_boxes:  # the sample's boxes where the steps so far moved them
+                boxes = None if targets is None or targets[k] is None else targets[k].get("boxes")
+                if boxes is not None:
+                    boxes = enclosing_boxes(boxes, (m if m is not None else np.eye(3))[:2]).numpy()
+                step, size, p = t(rng, size, boxes)
+            else:
+                step, size, p = t(rng, size)
+            m = step if m is None else step @ m
+            for key, v in p.items():
+                info[name + key] = v
+        if m is None:
+            m = np.eye(3)
+        for cname, t in colour:  # (a policy drew its colour ops with its geometric ones)
+            info[cname] = t.draw(rng)
+        for t in self.erasing:
+            info[type(t).__name__] = t.draw_at(rng, size)
+        return m[:2], size, info
 
     def warp_options(self) -> dict:
         """warp_affine's output arguments of this transform's warp (a list in, NCHW out): the fused

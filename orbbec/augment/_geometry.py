@@ -89,11 +89,16 @@ class RandomResizedCrop:
             cw, ch = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
             if 0 < cw <= w and 0 < ch <= h:
                 return int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1)), cw, ch
+        return self.central(h, w)
+
+    def central(self, h, w):
+        """The region after ten misses: the central crop of the ratio clamped to `ratio` (at least a
+        pixel: a sliver rounded to none had divided by zero)."""
         in_ratio = w / h
         if in_ratio < min(self.ratio):
-            cw, ch = w, int(round(w / min(self.ratio)))
+            cw, ch = w, max(1, int(round(w / min(self.ratio))))
         elif in_ratio > max(self.ratio):
-            cw, ch = int(round(h * max(self.ratio))), h
+            cw, ch = max(1, int(round(h * max(self.ratio)))), h
         else:
             cw, ch = w, h
         return (w - cw) // 2, (h - ch) // 2, cw, ch

@@ -16,7 +16,10 @@ which worker).
 --cpu: CPU time per batch of each Python thread of the loader's process (a Python thread's CPU time
 is about the time it held the GIL: torch's host calls keep it), of the native threads (the decoder's
 pool) and of the workers; Python threads summing to about the wall time per batch mean the GIL bounds
-the loader."""
+the loader.
+--busy N --duty D: N processes beside it, each spinning in Python a fraction D of every 20 ms (random
+phases): with --mode decode, whether decoding alone slows down under the CPU load of the loader's
+workers (24 workers at about 7.5 ms of CPU per batch of 128, every 24th batch: --busy 24 --duty 0.1)."""
 import argparse
 import os
 import sys
@@ -284,6 +287,46 @@ def run_decode_packed(items, batch, seconds, pinned):
     return decode_one_ahead(packed, seconds)
 
 
+def _busy(duty, stop, seed):
+    import random
+
+    period, rnd = 0.020, random.Random(seed)
+    time.sleep(rnd.random() * period)
+    x = 0
+    while not stop.is_set():
+        t = time.perf_counter()
+        while time.perf_counter() - t < duty * period:
+            for _ in range(200):
+                x += 1
+        if duty < 1:
+            time.sleep((1 - duty) * period * (0.5 + rnd.random()))
+
+
+def start_busy(count, duty, cores=0):
+    """count processes keeping cores busy (forked before CUDA starts here); returns their stop event.
+    cores > 0: they run on the first `cores` cores and this process (its threads to come) on the rest."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    stop = ctx.Event()
+    allowed = sorted(os.sched_getaffinity(0))
+    procs = [ctx.Process(target=_busy, args=(duty, stop, k), daemon=True) for k in range(count)]
+    for p in procs:
+        p.start()
+        if cores:
+            os.sched_setaffinity(p.pid, allowed[:cores])
+    if cores:
+        os.sched_setaffinity(0, allowed[cores:])
+    return stop
+
+
+def cpu_jiffies():
+    """/proc/stat's machine-wide (busy, steal, total) jiffies."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v[:3]) + sum(v[5:7]), v[7], sum(v)
+
+
 def host_ms_per_call(before):
     """The decoder's host time per call (ms) since the decoder_stats() reading `before`, by phase."""
     from orbbec.io import decoder_stats
@@ -368,7 +411,18 @@ def main():
                     help="--mode decode: each batch packed in one buffer as the loader's workers pack it")
     ap.add_argument("--worker-cores", type=int, default=0,
                     help="after the warm-up, the workers on this many cores and this process on the rest")
+    ap.add_argument("--per-sample-draws", action="store_true",
+                    help="the workers draw sample by sample (orbbec.augment's loop), not batch-wide")
+    ap.add_argument("--busy", type=int, default=0, help="processes keeping cores busy beside it (see --duty)")
+    ap.add_argument("--duty", type=float, default=1.0, help="--busy: each one's busy share of every 20 ms")
+    ap.add_argument("--busy-cores", type=int, default=0,
+                    help="--busy: those processes on this many cores, this process on the others")
     a = ap.parse_args()
+    stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
+    j0 = cpu_jiffies()
+    if a.per_sample_draws:
+        import orbbec.augment as augment
+        augment.BATCH_DRAW_MIN = 10**9  # (the workers fork later and keep it)
     if a.steps:
         wrap_steps()
     if a.waits:
@@ -401,7 +455,13 @@ def main():
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
         r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores,
                           windows=a.windows, native_off_irq=a.native_off_irq)
-    print(f"{a.workload:12s} {a.mode:9s} {r:8,.0f} img/s  {t}", flush=True)
+    if stop is not None:
+        stop.set()
+    busy = f" busy {a.busy}x{a.duty:g}" + (f" on {a.busy_cores} cores" if a.busy_cores else "") if a.busy else ""
+    j1, n = cpu_jiffies(), os.cpu_count()
+    total = max(j1[2] - j0[2], 1)
+    print(f"{a.workload:12s} {a.mode:9s}{busy} {r:8,.0f} img/s  (process life: machine {n * (j1[0] - j0[0]) / total:.1f} "
+          f"of {n} cores busy, steal {(j1[1] - j0[1]) / total:.1%})  {t}", flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
     if a.per_worker:

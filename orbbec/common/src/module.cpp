@@ -11,6 +11,9 @@ namespace orbbec {
 namespace io {
 void bind(pybind11::module& m);  // orbbec/io/src/io_bind.cpp
 }  // namespace io
+namespace augment {
+void bind(pybind11::module& m);  // orbbec/augment/src/philox.cpp
+}  // namespace augment
 }  // namespace orbbec
 
 namespace {
@@ -54,4 +57,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("with_cuda", &with_cuda, "Whether orbbec._C has CUDA kernels");
   m.attr("torch_version") = ORBBEC_TORCH_VERSION;
   orbbec::io::bind(m);
+  orbbec::augment::bind(m);
 }
