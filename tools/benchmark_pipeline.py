@@ -26,7 +26,9 @@ Pipelines, each in its own process (its own CPU time and GPU memory):
   pin_memory, copied to the GPU.
 
 Columns: images/s; host cores busy (CPU time of the process and its workers / wall time); GPU memory
-(device-wide memory in use at the end minus before the pipeline was built).
+(device-wide memory in use at the end minus before the pipeline was built). The JSON and the log also
+keep each run's machine-wide busy cores and steal share (time the hypervisor gave to others) over its
+timed window, to tell a slow host from a slow pipeline.
 
 A pipeline whose process has not ended within --timeout is killed and recorded as timed out (or, if
 it had printed its figures, kept and flagged), with its threads' states, kernel waits and stacks in
@@ -129,6 +131,24 @@ def _cpu_seconds():
     return total / tck
 
 
+def machine_jiffies():
+    """/proc/stat's machine-wide (busy, steal, total) clock ticks."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v[:3]) + sum(v[5:7]), v[7], sum(v)
+
+
+def machine_share(before, after) -> dict:
+    """The machine between two machine_jiffies() readings: cores busy (all processes) and the share
+    of time the hypervisor gave to others (steal), which slows a round without the pipeline at fault."""
+    total = max(after[2] - before[2], 1)
+    return {"machine_cores_busy": os.cpu_count() * (after[0] - before[0]) / total,
+            "steal": (after[1] - before[1]) / total}
+
+
+MACHINE = {}  # machine_share() of the last measure()'s timed window
+
+
 # Seconds of warm-up before the clock starts (--warmup, set in each child), the same for every
 # pipeline: what is compared is the steady state. A loader's first seconds run slower than its steady
 # state, for longer on large images (H100, tools/dev/loader_stage_probe.py --windows 5 --seconds 1.5,
@@ -149,11 +169,12 @@ def measure(step, seconds, warmup=4, on_start=None, warmup_s=None):
     torch.cuda.synchronize()
     if on_start is not None:
         on_start()
-    n, t0, c0 = 0, time.perf_counter(), _cpu_seconds()
+    n, t0, c0, j0 = 0, time.perf_counter(), _cpu_seconds(), machine_jiffies()
     while time.perf_counter() - t0 < seconds:
         n += step()
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
+    MACHINE.update(machine_share(j0, machine_jiffies()))
     return n / wall, (_cpu_seconds() - c0) / wall
 
 
@@ -409,7 +430,7 @@ def run_one(args):
     kwargs = {"hw_load": args.hw_load} if args.run == "DALI" else {}
     rate, cores = RUNNERS[args.run](args.workload, items, batch, args.seconds, int(args.workers), **kwargs)
     used = (free0 - torch.cuda.mem_get_info()[0]) / 2**20
-    result = {"rate": rate, "cores": cores, "gpu_mb": used}
+    result = {"rate": rate, "cores": cores, "gpu_mb": used, **MACHINE}
     if args.run == "orbbec":
         result["rows_decoded"] = rows_decoded(args.workload, items)
     print("RESULT " + json.dumps(result), flush=True)
@@ -487,7 +508,8 @@ def main():
                     r = measure_child(args, name, w, data_path, label, load, queues)
                     runs.setdefault(label, []).append(r)
                     print(f"{w:12s} {label:30s} " + (f"{r['rate']:9.0f} img/s  {r['cores']:5.1f} cores  "
-                                                     f"{r['gpu_mb']:7.0f} MB" if "rate" in r else r["error"]), flush=True)
+                                                     f"{r['gpu_mb']:7.0f} MB  steal {r.get('steal', 0):.1%}"
+                                                     if "rate" in r else r["error"]), flush=True)
         results["workloads"][w] = {label: median_run(rs) for label, rs in runs.items()}
     if args.json:
         with open(args.json, "w") as f:

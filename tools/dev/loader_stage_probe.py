@@ -28,8 +28,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import orbbec  # noqa: E402,F401  (before CUDA starts: orbbec/common/cuda_connections.py)
-from benchmark_pipeline import (build_data, decode_one_ahead, forever, measure, orbbec_transform, proc_stat,  # noqa: E402
-                                rows_to_decode_of, run_decode_only)
+from benchmark_pipeline import (build_data, decode_one_ahead, forever, machine_jiffies, machine_share, measure,  # noqa: E402
+                                orbbec_transform, proc_stat, rows_to_decode_of, run_decode_only)
 
 
 def _proc_cpu(pid, task=None):
@@ -320,13 +320,6 @@ def start_busy(count, duty, cores=0):
     return stop
 
 
-def cpu_jiffies():
-    """/proc/stat's machine-wide (busy, steal, total) jiffies."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v[:3]) + sum(v[5:7]), v[7], sum(v)
-
-
 def host_ms_per_call(before):
     """The decoder's host time per call (ms) since the decoder_stats() reading `before`, by phase."""
     from orbbec.io import decoder_stats
@@ -419,7 +412,7 @@ def main():
                     help="--busy: those processes on this many cores, this process on the others")
     a = ap.parse_args()
     stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
-    j0 = cpu_jiffies()
+    j0 = machine_jiffies()
     if a.per_sample_draws:
         import orbbec.augment as augment
         augment.BATCH_DRAW_MIN = 10**9  # (the workers fork later and keep it)
@@ -458,10 +451,9 @@ def main():
     if stop is not None:
         stop.set()
     busy = f" busy {a.busy}x{a.duty:g}" + (f" on {a.busy_cores} cores" if a.busy_cores else "") if a.busy else ""
-    j1, n = cpu_jiffies(), os.cpu_count()
-    total = max(j1[2] - j0[2], 1)
-    print(f"{a.workload:12s} {a.mode:9s}{busy} {r:8,.0f} img/s  (process life: machine {n * (j1[0] - j0[0]) / total:.1f} "
-          f"of {n} cores busy, steal {(j1[1] - j0[1]) / total:.1%})  {t}", flush=True)
+    life = machine_share(j0, machine_jiffies())
+    print(f"{a.workload:12s} {a.mode:9s}{busy} {r:8,.0f} img/s  (process life: machine {life['machine_cores_busy']:.1f} "
+          f"of {os.cpu_count()} cores busy, steal {life['steal']:.1%})  {t}", flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
     if a.per_worker:
