@@ -8,7 +8,8 @@ from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))  # the engineering probes (worker_times, core_interrupts)
-from benchmark_pipeline import dali_variants, median_run, run_child, workers_for, write_markdown  # noqa: E402
+from benchmark_pipeline import (dali_variants, machine_jiffies, machine_share, median_run, run_child,  # noqa: E402
+                                workers_for, write_markdown)
 from gpu_clocks import parse_rows, summarize  # noqa: E402
 from profile_loader import loader_advice  # noqa: E402
 from workloads import full_batches  # noqa: E402
@@ -99,6 +100,19 @@ def test_benchmark_workers_per_workload():
     assert workers_for("9,face=12", "face") == 12
     assert workers_for("9,face=12", "det") == 9
     assert workers_for("6,face=12,det=4", "det") == 4
+
+
+def test_benchmark_reads_the_machines_busy_cores_and_steal():
+    """A round's machine-wide figures (to tell a slow host from a slow pipeline): busy cores and steal
+    from /proc/stat's ticks between two readings."""
+    share = machine_share((1000, 20, 10000), (1400, 70, 11000))
+    assert abs(share["machine_cores_busy"] - os.cpu_count() * 0.4) < 1e-9 and abs(share["steal"] - 0.05) < 1e-12
+    a = machine_jiffies()
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.2:  # keep a core busy
+        pass
+    b = machine_jiffies()
+    assert b[2] > a[2] and b[0] > a[0] and b[1] >= a[1] and b[0] - a[0] <= b[2] - a[2]
 
 
 def test_gpu_clock_samples_are_read_and_summed_up():
