@@ -17,7 +17,9 @@ from typing import List, Optional
 
 import numpy as np
 
-from ._geometry import RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip
+from ._geometry import (_IDENTITY, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, _flip_matrix,
+                        scale_region)
+from ._random import _MASK
 
 _BATCHED = (RandomResizedCrop, RandomHorizontalFlip, RandomVerticalFlip)
 
@@ -32,7 +34,7 @@ class Streams:
     def __init__(self, indices, run_key: int, words: int):
         from .. import _C
 
-        keys = np.array([int(i) & 0xFFFFFFFFFFFFFFFF for i in indices], dtype=np.uint64)
+        keys = np.array([int(i) & _MASK for i in indices], dtype=np.uint64)  # (_random._key's first word)
         self.raw = _C.philox_streams(keys, run_key, words)
         n = len(keys)
         self.pos = np.zeros(n, np.int64)
@@ -82,13 +84,14 @@ def _crop_batch(t: RandomResizedCrop, streams: Streams, rows, h, w):
     n = len(rows)
     x, y, cw, ch = (np.zeros(n, np.int64) for _ in range(4))
     area = h * w
-    (s0, s1), (l0, l1) = t.scale, (math.log(t.ratio[0]), math.log(t.ratio[1]))
+    (s0, s1), (l0, l1) = t.scale, t.log_ratio
     pending = np.arange(n)
     for _ in range(10):
         if not len(pending):
             break
         r = rows[pending]
         target = area[pending] * (s0 + (s1 - s0) * streams.doubles(r))
+        # math.exp as the loop calls it: numpy's vectorised exp may differ in the last bit
         aspect = np.array([math.exp(v) for v in (l0 + (l1 - l0) * streams.doubles(r)).tolist()])
         cwp = np.rint(np.sqrt(target * aspect)).astype(np.int64)  # round() halves to even, as rint
         chp = np.rint(np.sqrt(target / aspect)).astype(np.int64)
@@ -103,24 +106,12 @@ def _crop_batch(t: RandomResizedCrop, streams: Streams, rows, h, w):
     return x, y, cw, ch
 
 
-def _scale_regions(x, y, cw, ch, out) -> np.ndarray:
-    """_geometry.scale_region for every sample: [n, 3, 3]."""
-    sx, sy = out[1] / cw, out[0] / ch
-    m = np.zeros((len(x), 3, 3))
-    m[:, 0, 0], m[:, 0, 2] = sx, (0.5 - x) * sx - 0.5
-    m[:, 1, 1], m[:, 1, 2] = sy, (0.5 - y) * sy - 0.5
-    m[:, 2, 2] = 1.0
-    return m
-
-
-def _flip(m: np.ndarray, flipped: np.ndarray, horizontal: bool, extent: np.ndarray) -> np.ndarray:
-    """The flip's matrix (identity where not flipped) times m, as the loop's product."""
-    f = np.zeros_like(m)
-    f[:, 0, 0] = f[:, 1, 1] = f[:, 2, 2] = 1.0
-    axis = 0 if horizontal else 1
-    f[flipped, axis, axis] = -1.0
-    f[flipped, axis, 2] = (extent[flipped] - 1).astype(np.float64)
-    return f[:, :, 0:1] * m[:, 0:1, :] + f[:, :, 1:2] * m[:, 1:2, :] + f[:, :, 2:3] * m[:, 2:3, :]
+def _flip(m: np.ndarray, flipped: List[bool], horizontal: bool, extent: np.ndarray) -> np.ndarray:
+    """The flip's matrix (the identity where not flipped) times m, for every sample. The products are
+    exact (entries -1, 0, 1 and whole numbers), so numpy's matmul gives the loop's bits however its
+    BLAS orders or fuses them."""
+    f = np.stack([_flip_matrix(horizontal, e) if fl else _IDENTITY for fl, e in zip(flipped, extent.tolist())])
+    return np.matmul(f, m)
 
 
 def batched_chain(geometric) -> Optional[list]:
@@ -146,16 +137,16 @@ def draw_batch(chain: list, sizes, indices, run_key: int):
         name = type(t).__name__ + "."
         if isinstance(t, RandomResizedCrop):
             x, y, cw, ch = _crop_batch(t, streams, rows, h, w)
-            m = _scale_regions(x, y, cw, ch, t.size)
+            m = scale_region(x, y, cw, ch, t.size)
             h, w = np.full(n, t.size[0], np.int64), np.full(n, t.size[1], np.int64)
             for info, crop in zip(infos, zip(x.tolist(), y.tolist(), cw.tolist(), ch.tolist())):
                 info[name + "crop"] = crop
         else:
-            flipped = streams.doubles(rows) < t.p
+            flipped = (streams.doubles(rows) < t.p).tolist()
             # (a first flip times the identity is the flip's matrix exactly, as the loop takes it)
-            m = _flip(np.broadcast_to(np.eye(3), (n, 3, 3)) if m is None else m, flipped, t.horizontal,
+            m = _flip(np.broadcast_to(_IDENTITY, (n, 3, 3)) if m is None else m, flipped, t.horizontal,
                       w if t.horizontal else h)
-            for info, f in zip(infos, flipped.tolist()):
+            for info, f in zip(infos, flipped):
                 info[name + t.key] = f
     out = [(int(a), int(b)) for a, b in zip(h.tolist(), w.tolist())]
     return m[:, :2], out, infos, np.flatnonzero(streams.redo).tolist()

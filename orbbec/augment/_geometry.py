@@ -27,10 +27,17 @@ def _pair(v, name) -> Size:
     return v
 
 
-def scale_region(x0: float, y0: float, w: float, h: float, out: Size) -> np.ndarray:
-    """The region [x0, x0+w) x [y0, y0+h) (pixel edges) onto an out=(height, width) image."""
+def scale_region(x0, y0, w, h, out: Size) -> np.ndarray:
+    """The region [x0, x0+w) x [y0, y0+h) (pixel edges) onto an out=(height, width) image: [3, 3], or
+    [n, 3, 3] for arrays of n regions (a batch's draws at once, the same arithmetic)."""
     sx, sy = out[1] / w, out[0] / h
-    return np.array([[sx, 0, (0.5 - x0) * sx - 0.5], [0, sy, (0.5 - y0) * sy - 0.5], [0, 0, 1]])
+    if np.ndim(sx) == 0:
+        return np.array([[sx, 0, (0.5 - x0) * sx - 0.5], [0, sy, (0.5 - y0) * sy - 0.5], [0, 0, 1]])
+    m = np.zeros((len(sx), 3, 3))
+    m[:, 0, 0], m[:, 0, 2] = sx, (0.5 - x0) * sx - 0.5
+    m[:, 1, 1], m[:, 1, 2] = sy, (0.5 - y0) * sy - 0.5
+    m[:, 2, 2] = 1.0
+    return m
 
 
 def _constant_border(name, fill, padding_mode="constant") -> None:
@@ -79,13 +86,13 @@ class RandomResizedCrop:
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
         self.size = _pair(size, "RandomResizedCrop.size")
         self.scale, self.ratio = _ordered(scale, "RandomResizedCrop.scale"), _ordered(ratio, "RandomResizedCrop.ratio")
+        self.log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
 
     def region(self, rng, h, w):
         area = h * w
-        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
         for _ in range(10):
             target = area * uniform(rng, self.scale[0], self.scale[1])
-            aspect = math.exp(uniform(rng, *log_ratio))
+            aspect = math.exp(uniform(rng, *self.log_ratio))
             cw, ch = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
             if 0 < cw <= w and 0 < ch <= h:
                 return int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1)), cw, ch
