@@ -288,6 +288,7 @@ def run_decode_packed(items, batch, seconds, pinned):
 
 
 def _busy(duty, stop, seed):
+    """A busy process: spins for `duty` of every 20 ms (a random phase, sleeps jittered)."""
     import random
 
     period, rnd = 0.020, random.Random(seed)
@@ -309,14 +310,11 @@ def start_busy(count, duty, cores=0):
 
     ctx = mp.get_context("fork")
     stop = ctx.Event()
-    allowed = sorted(os.sched_getaffinity(0))
     procs = [ctx.Process(target=_busy, args=(duty, stop, k), daemon=True) for k in range(count)]
     for p in procs:
         p.start()
-        if cores:
-            os.sched_setaffinity(p.pid, allowed[:cores])
-    if cores:
-        os.sched_setaffinity(0, allowed[cores:])
+    if cores:  # (threads started here later inherit their creator's cores)
+        split_cores([p.pid for p in procs], cores)
     return stop
 
 
