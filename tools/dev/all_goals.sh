@@ -19,7 +19,10 @@
 #   next call:  bash tools/dev/all_goals.sh 1      (with DALI's paths exported)
 #   the one after: bash tools/dev/all_goals.sh 2
 # Both parts run the training loop TRAIN_RUNS times (default 1) beside their benchmarks, with
-# TRAIN_ARGS added to its command line (e.g. "--decoder training").
+# TRAIN_ARGS added to its command line (e.g. "--decoder training"). ROUNDS (default 3) sets the
+# rounds of the loader and decoding alone: one process's rate moves by 10-20% from the next one's
+# (face's loader 48-58k img/s in three rounds of one run), so their median steadies with more. Each
+# extra round adds about a minute to a part; a part must stay under the call's 10 minutes.
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the logs}"
 part=${1:?part 1 or 2}
@@ -28,7 +31,7 @@ mkdir -p "$keep"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 bench() {  # workloads, name
-  timeout 560 python3 tools/benchmark_pipeline.py --seconds 2.5 --rounds 3 --rounds-of "orbbec,orbbec decode only" \
+  timeout 560 python3 tools/benchmark_pipeline.py --seconds 2.5 --rounds "${ROUNDS:-3}" --rounds-of "orbbec,orbbec decode only" \
     --workers "24,cls-1080p=9,det=32,face=32" \
     --pipelines "orbbec,orbbec decode only,DALI,torchvision,CPU DataLoader" --workloads "$1" \
     --json "$keep/$2.json" --md "$OUT/$2.md" > "$OUT/bench_$2.log" 2>&1
