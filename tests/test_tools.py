@@ -161,7 +161,7 @@ def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatc
     """Each batch's worker records its own CPU and wall time, context switches and cores
     (tools/dev/worker_times.py, installed before the workers start); the summary groups them by worker."""
     import torch
-    from test_data import JpegDataset, _transform
+    from loader_data import JpegDataset, make_transform
 
     from orbbec.data import _loader
     from worker_times import KEY, _core, install, summary
@@ -170,7 +170,7 @@ def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatc
     monkeypatch.setattr(_loader._Batches, "__getitem__", _loader._Batches.__getitem__)  # unwrapped after the test
     install()
     install()  # twice wraps once
-    cfg = _loader._Config(JpegDataset(12), _transform(), torch.device("cpu"), "RGB", "raise", "padded", 0.0, None, 0)
+    cfg = _loader._Config(JpegDataset(12), make_transform(), torch.device("cpu"), "RGB", "raise", "padded", 0.0, None, 0)
     keys = _loader.Keys()
     keys.source = [(0, 3, [2 * k, 2 * k + 1]) for k in range(6)]
     reader = torch.utils.data.DataLoader(_loader._Batches(cfg), batch_size=None, sampler=keys, num_workers=2,
