@@ -1,5 +1,6 @@
 """JPEG files for the decode tests, encoded with OpenCV from the sample photographs: every chroma
-sampling, grayscale, progressive, restart markers, EXIF orientation tags, and broken buffers."""
+sampling, grayscale, progressive, restart markers, EXIF orientation tags, broken buffers and
+frames cut short."""
 import functools
 
 import cv2
@@ -102,3 +103,27 @@ def cv2_decode(jpeg: bytes, mode="RGB", reduce=1, exif=False):
     if gray:
         return img[:, :, None]
     return img[:, :, ::-1].copy() if mode == "RGB" else img
+
+
+def cut_short(jpeg: bytes, rows: int) -> np.ndarray:
+    """The JPEG with its frame header saying `rows` rows (a multiple of its MCU height)."""
+    from orbbec.io._buffers import jpeg_frame, with_height
+    cut = np.frombuffer(jpeg, np.uint8).copy()
+    with_height(cut, jpeg_frame(jpeg), rows)
+    return cut
+
+
+def cuttable_variants():
+    """name -> (JPEG, its frame header) for the files whose rows can be cut short; the progressive
+    one must not be (its scans each cover the whole image)."""
+    from orbbec.io._buffers import jpeg_frame
+    frames = {name: (jpeg, jpeg_frame(jpeg)) for name, jpeg in variants((200, 280)).items()}
+    assert not frames["progressive"][1].rows_cuttable and frames["sampling-420"][1].rows_cuttable
+    assert frames["sampling-420"][1].mcu_height == 16 and frames["sampling-444"][1].mcu_height == 8
+    return {name: f for name, f in frames.items() if f[1].rows_cuttable}
+
+
+# A decoder's last row of a 2x vertically subsampled image is upsampled from its own chroma row only:
+# the rows of a cut frame are the whole image's but for the last (orbbec/data/_rows.py keeps 2 more).
+CUT_ROWS_THAT_MAY_DIFFER = 2
+
