@@ -90,9 +90,15 @@ def test_benchmark_rounds_report_the_median_run_and_the_range(tmp_path):
     assert "median of 3 alternated rounds" in text
     assert "| face | orbbec | 200 (100-300) | 2.00 | 80% |" in text  # against decoding alone's median, 250
     assert "the other pipelines once" not in text
+    assert "the loader against decoding alone" not in text  # two rounds of one, three of the other: no pairs
     results["rounds_of"] = ["orbbec", "orbbec decode only"]  # --rounds-of: DALI measured in the first round only
     write_markdown(results, str(tmp_path / "t.md"))
     assert "(orbbec, orbbec decode only; the other pipelines once, in the first round" in (tmp_path / "t.md").read_text()
+    results["workloads"]["face"]["orbbec decode only"] = median_run(
+        [{"rate": r, "cores": 1.0, "gpu_mb": 1.0} for r in (400, 250, 1500)] + [{"error": "timed out"}])
+    write_markdown(results, str(tmp_path / "t.md"))
+    assert "in the order run; a round's two processes ran one after the other): face 300/400, 100/250, 200/1,500, -/-." \
+        in (tmp_path / "t.md").read_text().replace("\n", " ")
 
 
 def test_benchmark_workers_per_workload():

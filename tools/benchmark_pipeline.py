@@ -669,6 +669,22 @@ def write_markdown(r, path):
                     "\"orbbec decode only\" decode every row.\n")
         if "workers" in r:
             f.write("\norbbec's loader workers: " + ", ".join(f"{w} {n}" for w, n in r["workers"].items()) + ".\n")
+        pairs = round_pairs(r)
+        if pairs:
+            f.write("\nEach round, the loader against decoding alone (img/s, in the order run; a round's two "
+                    "processes ran one after the other): " + "; ".join(pairs) + ".\n")
+
+
+def round_pairs(r):
+    """Per workload, each round's loader and decoding-alone rates side by side: the rounds alternate
+    the two, so a round's pair saw the same state of the machine more nearly than the medians did."""
+    out = []
+    for w, rows in r["workloads"].items():
+        loader, alone = rows.get("orbbec", {}).get("rates", []), rows.get("orbbec decode only", {}).get("rates", [])
+        if len(loader) > 1 and len(loader) == len(alone):
+            shown = ["/".join("-" if x is None else f"{x:,.0f}" for x in pair) for pair in zip(loader, alone)]
+            out.append(f"{w} " + ", ".join(shown))
+    return out
 
 
 def write_plot(r, path):
