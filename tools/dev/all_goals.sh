@@ -22,7 +22,8 @@
 # TRAIN_ARGS added to its command line (e.g. "--decoder training"). ROUNDS (default 3) sets the
 # rounds of the loader and decoding alone: one process's rate moves by 10-20% from the next one's
 # (face's loader 48-58k img/s in three rounds of one run), so their median steadies with more. Each
-# extra round adds about a minute to a part; a part must stay under the call's 10 minutes.
+# extra round adds about a minute to a part (two workloads, two processes of about 14 s); a part
+# must stay under the call's 10 minutes.
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the logs}"
 part=${1:?part 1 or 2}
