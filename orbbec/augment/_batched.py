@@ -19,7 +19,7 @@ import numpy as np
 
 from ._geometry import (_IDENTITY, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, _flip_matrix,
                         scale_region)
-from ._random import _MASK
+from ._random import index_word
 
 _BATCHED = (RandomResizedCrop, RandomHorizontalFlip, RandomVerticalFlip)
 
@@ -34,7 +34,7 @@ class Streams:
     def __init__(self, indices, run_key: int, words: int):
         from .. import _C
 
-        keys = np.array([int(i) & _MASK for i in indices], dtype=np.uint64)  # (_random._key's first word)
+        keys = np.array([index_word(i) for i in indices], dtype=np.uint64)
         self.raw = _C.philox_streams(keys, run_key, words)
         n = len(keys)
         self.pos = np.zeros(n, np.int64)

@@ -24,8 +24,13 @@ def _run_key(seed: int, epoch: int) -> int:
     return _splitmix64(_splitmix64(int(seed) & _MASK) ^ (int(epoch) & _MASK))
 
 
+def index_word(index: int) -> int:
+    """A sample's index as the first 64-bit word of its key."""
+    return int(index) & _MASK
+
+
 def _key(run_key: int, index: int) -> np.ndarray:
-    return np.array([int(index) & _MASK, run_key], dtype=np.uint64)
+    return np.array([index_word(index), run_key], dtype=np.uint64)
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
