@@ -88,7 +88,7 @@ def test_benchmark_rounds_report_the_median_run_and_the_range(tmp_path):
     write_markdown(results, str(tmp_path / "t.md"))
     text = (tmp_path / "t.md").read_text()
     assert "median of 3 alternated rounds" in text
-    assert "| face | orbbec | 200 (100-300) | 2.00 | 80% |" in text  # against decoding alone's median, 250
+    assert "| face | orbbec | 200 (100-300) | 2.00 | 80.0% |" in text  # against decoding alone's median, 250
     assert "the other pipelines once" not in text
     assert "the loader against decoding alone" not in text  # two rounds of one, three of the other: no pairs
     results["rounds_of"] = ["orbbec", "orbbec decode only"]  # --rounds-of: DALI measured in the first round only

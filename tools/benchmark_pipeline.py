@@ -647,7 +647,8 @@ def write_markdown(r, path):
             ratio = f"{v['rate'] / dali:.2f}" if dali else ""
             of_decode = of_cpu = ""
             if k in LOADER_ROWS:
-                of_decode = f"{v['rate'] / rate('orbbec decode only'):.0%}" if rate("orbbec decode only") else ""
+                # One decimal: the goal is 95%, and 94.7% must not read as met.
+                of_decode = f"{v['rate'] / rate('orbbec decode only'):.1%}" if rate("orbbec decode only") else ""
                 of_cpu = f"{v['rate'] / rate('CPU DataLoader'):.1f}" if rate("CPU DataLoader") else ""
             spread = [x for x in v.get("rates", []) if x is not None]
             shown = f"{v['rate']:,.0f}" + (f" ({min(spread):,.0f}-{max(spread):,.0f})" if len(spread) > 1 else "")
