@@ -24,6 +24,18 @@ def _same(a, b):
         assert [type(v) for v in sa.values()] == [type(v) for v in sb.values()]
 
 
+def _batch_is_the_loop(aug, sizes, indices, monkeypatch, alone, targets=None, **kw):
+    """The batch's draws against the loop's, and samples `alone` drawn by themselves (one alone takes
+    the loop): a sample's draws do not depend on its batch. Returns the batch's draws."""
+    batch = aug.draw(sizes, indices, targets=targets, **kw)
+    _same(batch, _loop(aug, sizes, indices, monkeypatch, targets=targets, **kw))
+    for k in alone:
+        one = aug.draw([sizes[k]], [indices[k]], targets=None if targets is None else [targets[k]], **kw)
+        assert batch.matrices[k].numpy().tobytes() == one.matrices[0].numpy().tobytes()
+        assert batch.samples[k] == one.samples[0]
+    return batch
+
+
 def _sizes(rng, n):
     """Photograph-like sizes, and some that RandomResizedCrop cannot fit (slivers, a pixel)."""
     sizes = [(int(rng.integers(1, 1200)), int(rng.integers(1, 1200))) for _ in range(n)]
@@ -57,12 +69,41 @@ def test_batch_draws_are_the_loops_bits(chain, monkeypatch):
     for seed, epoch in ((0, 0), (5, 2)):
         sizes = _sizes(rng, 300)
         indices = [int(i) for i in rng.integers(0, 2**50, 300)]
-        batch = aug.draw(sizes, indices, seed=seed, epoch=epoch)
-        _same(batch, _loop(aug, sizes, indices, monkeypatch, seed=seed, epoch=epoch))
-        for k in range(5):  # a sample's draws do not depend on its batch (one alone takes the loop)
-            alone = aug.draw([sizes[k]], [indices[k]], seed=seed, epoch=epoch)
-            assert batch.matrices[k].numpy().tobytes() == alone.matrices[0].numpy().tobytes()
-            assert batch.samples[k] == alone.samples[0]
+        _batch_is_the_loop(aug, sizes, indices, monkeypatch, range(5), seed=seed, epoch=epoch)
+
+
+def _face_targets(rng, sizes):
+    """5 landmarks per face, jittered about the ArcFace layout at random scales and places; some
+    samples unusable (not finite, all at one point, none given), which AlignFaces resizes whole."""
+    base = np.array([[38.3, 51.7], [73.5, 51.5], [56.0, 71.7], [41.5, 92.4], [70.7, 92.2]])
+    targets = []
+    for h, w in sizes:
+        lm = base * rng.uniform(0.5, 2.0) + rng.uniform(0, [w / 2, h / 2]) + rng.normal(0, 2.0, (5, 2))
+        targets.append({"landmarks": lm.astype(np.float32)})
+    targets[3]["landmarks"][2, 0] = np.nan
+    targets[7]["landmarks"][:] = 40.0
+    targets[11] = None
+    targets[12] = {"label": 4}
+    return targets
+
+
+@pytest.mark.parametrize("chain", [
+    lambda: [A.AlignFaces(112), A.RandomHorizontalFlip()],
+    lambda: [A.AlignFaces(96), A.RandomVerticalFlip(p=0.3), A.RandomHorizontalFlip(p=0.7)],
+    lambda: [A.AlignFaces(112), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)],
+])
+def test_face_alignment_batch_draws_are_the_loops_bits(chain, monkeypatch):
+    aug = A.Compose(chain())
+    assert aug._batch_chain is not None
+    rng = np.random.default_rng(11)
+    for seed, epoch in ((0, 0), (3, 5)):
+        sizes = [(250, 250)] * 200 + [(int(rng.integers(120, 900)), int(rng.integers(120, 900))) for _ in range(56)]
+        indices = [int(i) for i in rng.integers(0, 2**50, len(sizes))]
+        targets = _face_targets(rng, sizes)
+        batch = _batch_is_the_loop(aug, sizes, indices, monkeypatch, (0, 3, 12), seed=seed, epoch=epoch,
+                                   targets=targets)
+        valid = [s["AlignFaces.valid"] for s in batch.samples]
+        assert valid.count(False) == 4 and not any(valid[k] for k in (3, 7, 11, 12))
 
 
 def test_flips_alone_keep_each_size_and_refuse_mixed_sizes(monkeypatch):
@@ -79,6 +120,8 @@ def test_chains_drawn_sample_by_sample():
     assert A.Compose([A.RandomHorizontalFlip(), A.RandomResizedCrop(64)])._batch_chain is None
     assert A.Compose([A.RandomResizedCrop(64), A.ColorJitter(0.2)])._batch_chain is None
     assert A.Compose([A.RandomAffine(10)])._batch_chain is None
+    assert A.Compose([A.RandomHorizontalFlip(), A.AlignFaces(112)])._batch_chain is None
+    assert A.Compose([A.AlignFaces(112), A.RandomResizedCrop(64)])._batch_chain is None
 
     class MyCrop(A.RandomResizedCrop):
         pass

@@ -119,7 +119,7 @@ class Compose:
         def one(k):
             return self._draw_one(rngs.for_index(indices[k]), sizes[k], k, targets, steps, colour)
         if self._batch_chain is not None and len(indices) >= BATCH_DRAW_MIN:
-            mats, outs, samples, redo = draw_batch(self._batch_chain, sizes, indices, rngs.run_key)
+            mats, outs, samples, redo = draw_batch(self._batch_chain, sizes, indices, rngs.run_key, fits)
             for k in redo:
                 mats[k], outs[k], samples[k] = one(k)
         else:

@@ -1,5 +1,6 @@
 """A batch's parameters drawn for all its samples at once, for the chains that allow it: an optional
-RandomResizedCrop first, then flips (classification's usual augmentation).
+RandomResizedCrop or AlignFaces first, then flips (classification's and face recognition's usual
+augmentation).
 
 The numbers are those of drawing sample by sample (Compose.draw's loop, which stays the reference):
 each sample's Philox words come from orbbec._C.philox_streams (numpy's Philox with the same key) and
@@ -17,11 +18,13 @@ from typing import List, Optional
 
 import numpy as np
 
+from ._faces import AlignFaces
 from ._geometry import (_IDENTITY, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, _flip_matrix,
                         scale_region)
 from ._random import index_word
 
-_BATCHED = (RandomResizedCrop, RandomHorizontalFlip, RandomVerticalFlip)
+_BATCHED = (RandomResizedCrop, AlignFaces, RandomHorizontalFlip, RandomVerticalFlip)
+_FIRST_ONLY = (RandomResizedCrop, AlignFaces)  # their matrices times an earlier step's are inexact
 
 WORDS = 24  # 64-bit words per sample: RandomResizedCrop's 10 tries take 20, its position 1, each flip 1
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -118,14 +121,23 @@ def batched_chain(geometric) -> Optional[list]:
     """The transforms if drawing them for a batch at once gives the loop's numbers, else None."""
     if not geometric or any(type(t) not in _BATCHED for t in geometric):  # (a subclass may draw otherwise)
         return None
-    if any(type(t) is RandomResizedCrop for t in geometric[1:]):
-        return None  # a crop after a flip: inexact products, whose rounding numpy's BLAS decides
+    if any(type(t) in _FIRST_ONLY for t in geometric[1:]):
+        return None  # a crop or an alignment after a flip: inexact products, whose rounding numpy's BLAS decides
     return list(geometric)
 
 
-def draw_batch(chain: list, sizes, indices, run_key: int):
+def _align_batch(t: AlignFaces, fit, h, w) -> np.ndarray:
+    """AlignFaces for every sample ([n, 3, 3]): its fit_batch matrix, or where that is None the
+    whole image resized, as AlignFaces.__call__ gives it (no random draw either way)."""
+    out = (t.size, t.size)
+    return np.stack([f if f is not None else scale_region(0, 0, int(wk), int(hk), out)
+                     for f, hk, wk in zip(fit, h.tolist(), w.tolist())])
+
+
+def draw_batch(chain: list, sizes, indices, run_key: int, fits=None):
     """(matrices [n, 2, 3] float64, output (h, w) per sample, per-sample parameter dicts, rows to draw
-    again one by one) of `chain` (batched_chain's) for images of `sizes`."""
+    again one by one) of `chain` (batched_chain's) for images of `sizes`; `fits`: AlignFaces.fit_batch's
+    matrices by id of the transform (Compose.draw makes them)."""
     n = len(indices)
     streams = Streams(indices, run_key, WORDS)
     rows = np.arange(n)
@@ -141,6 +153,12 @@ def draw_batch(chain: list, sizes, indices, run_key: int):
             h, w = np.full(n, t.size[0], np.int64), np.full(n, t.size[1], np.int64)
             for info, crop in zip(infos, zip(x.tolist(), y.tolist(), cw.tolist(), ch.tolist())):
                 info[name + "crop"] = crop
+        elif isinstance(t, AlignFaces):
+            fit = (fits or {}).get(id(t)) or [None] * n
+            m = _align_batch(t, fit, h, w)
+            h, w = np.full(n, t.size, np.int64), np.full(n, t.size, np.int64)
+            for info, f in zip(infos, fit):
+                info[name + "valid"] = f is not None
         else:
             flipped = (streams.doubles(rows) < t.p).tolist()
             # (a first flip times the identity is the flip's matrix exactly, as the loop takes it)
