@@ -9,8 +9,9 @@ from conftest import ROOT
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))  # the engineering probes (worker_times, core_interrupts)
 from benchmark_pipeline import (dali_variants, machine_jiffies, machine_share, median_run, run_child,  # noqa: E402
-                                workers_for, write_markdown)
+                                workers_for)
 from gpu_clocks import parse_rows, summarize  # noqa: E402
+from pipeline_table import write_markdown  # noqa: E402
 from profile_loader import loader_advice  # noqa: E402
 from workloads import full_batches  # noqa: E402
 
