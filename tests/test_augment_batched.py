@@ -20,6 +20,7 @@ def _same(a, b):
     assert a.matrices.dtype == b.matrices.dtype
     assert a.matrices.numpy().tobytes() == b.matrices.numpy().tobytes()  # bits, zeros' signs included
     assert a.size == b.size and a.samples == b.samples
+    assert repr(a.samples) == repr(b.samples)  # zeros' signs too (round() gives 0.0 where rint gives -0.0)
     for sa, sb in zip(a.samples, b.samples):
         assert [type(v) for v in sa.values()] == [type(v) for v in sb.values()]
 
@@ -72,6 +73,46 @@ def test_batch_draws_are_the_loops_bits(chain, monkeypatch):
         _batch_is_the_loop(aug, sizes, indices, monkeypatch, range(5), seed=seed, epoch=epoch)
 
 
+@pytest.mark.parametrize("chain", [
+    lambda: [A.RandomAffine(10, (0.1, 0.1), (0.75, 1.25)), A.RandomHorizontalFlip()],  # the det workload's
+    lambda: [A.RandomAffine(30, shear=(-10, 10, -5, 5)), A.RandomVerticalFlip(p=0.3)],
+    lambda: [A.RandomAffine((-5, 25), (0.3, 0.05), None, 12), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)],
+    lambda: [A.RandomAffine(0)],
+])
+def test_affine_batch_draws_are_the_loops_bits(chain, monkeypatch):
+    """RandomAffine keeps the size, so each batch has one: photographs', and 1 x 1 and slivers, where
+    the translations round to zero from below."""
+    aug = A.Compose(chain())
+    assert aug._batch_chain is not None
+    rng = np.random.default_rng(5)
+    for seed, epoch in ((0, 0), (9, 4)):
+        for size in ((640, 640), (375, 500), (1, 1), (2, 999)):
+            indices = [int(i) for i in rng.integers(0, 2**50, 200)]
+            _batch_is_the_loop(aug, [size] * 200, indices, monkeypatch, range(3), seed=seed, epoch=epoch)
+
+
+def test_affine_matrix_is_torchvisions_chain():
+    """affine_entries' closed form against the product it stands for (R SHy SHx S about the centre,
+    then the translation), on random parameters: the same matrix to rounding."""
+    import math
+
+    from orbbec.augment._geometry import affine_matrix
+
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        cx, cy, angle = rng.uniform(0, 2000), rng.uniform(0, 2000), rng.uniform(-180, 180)
+        (tx, ty), scale, (shx, shy) = rng.uniform(-100, 100, 2), rng.uniform(0.3, 3), rng.uniform(-40, 40, 2)
+        a, sx, sy = math.radians(angle), math.radians(shx), math.radians(shy)
+        rot = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
+        shear_y = np.array([[1, 0, 0], [-math.tan(sy), 1, 0], [0, 0, 1]])
+        shear_x = np.array([[1, -math.tan(sx), 0], [0, 1, 0], [0, 0, 1]])
+        about = np.array([[1.0, 0, -cx], [0, 1, -cy], [0, 0, 1]])
+        back = np.array([[1.0, 0, cx + tx], [0, 1, cy + ty], [0, 0, 1]])
+        want = back @ rot @ shear_y @ shear_x @ np.diag([scale, scale, 1.0]) @ about
+        got = affine_matrix((cx, cy), angle, (tx, ty), scale, (shx, shy))
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+
+
 def _face_targets(rng, sizes):
     """5 landmarks per face, jittered about the ArcFace layout at random scales and places; some
     samples unusable (not finite, all at one point, none given), which AlignFaces resizes whole."""
@@ -119,7 +160,9 @@ def test_chains_drawn_sample_by_sample():
     """Only chains whose products are exact go batch-wide; the others keep the loop."""
     assert A.Compose([A.RandomHorizontalFlip(), A.RandomResizedCrop(64)])._batch_chain is None
     assert A.Compose([A.RandomResizedCrop(64), A.ColorJitter(0.2)])._batch_chain is None
-    assert A.Compose([A.RandomAffine(10)])._batch_chain is None
+    assert A.Compose([A.RandomRotation(10)])._batch_chain is None
+    assert A.Compose([A.RandomResizedCrop(64), A.RandomAffine(10)])._batch_chain is None
+    assert A.Compose([A.RandomHorizontalFlip(), A.RandomAffine(10)])._batch_chain is None
     assert A.Compose([A.RandomHorizontalFlip(), A.AlignFaces(112)])._batch_chain is None
     assert A.Compose([A.AlignFaces(112), A.RandomResizedCrop(64)])._batch_chain is None
 

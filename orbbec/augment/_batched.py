@@ -1,6 +1,6 @@
 """A batch's parameters drawn for all its samples at once, for the chains that allow it: an optional
-RandomResizedCrop or AlignFaces first, then flips (classification's and face recognition's usual
-augmentation).
+RandomResizedCrop, AlignFaces or RandomAffine first, then flips (classification's, face
+recognition's and detection's usual augmentation).
 
 The numbers are those of drawing sample by sample (Compose.draw's loop, which stays the reference):
 each sample's Philox words come from orbbec._C.philox_streams (numpy's Philox with the same key) and
@@ -19,12 +19,12 @@ from typing import List, Optional
 import numpy as np
 
 from ._faces import AlignFaces
-from ._geometry import (_IDENTITY, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, _flip_matrix,
-                        scale_region)
+from ._geometry import (_IDENTITY, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
+                        _flip_matrix, affine_entries, scale_region)
 from ._random import index_word
 
-_BATCHED = (RandomResizedCrop, AlignFaces, RandomHorizontalFlip, RandomVerticalFlip)
-_FIRST_ONLY = (RandomResizedCrop, AlignFaces)  # their matrices times an earlier step's are inexact
+_BATCHED = (RandomResizedCrop, AlignFaces, RandomAffine, RandomHorizontalFlip, RandomVerticalFlip)
+_FIRST_ONLY = (RandomResizedCrop, AlignFaces, RandomAffine)  # their matrices times an earlier step's are inexact
 
 WORDS = 24  # 64-bit words per sample: RandomResizedCrop's 10 tries take 20, its position 1, each flip 1
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -134,6 +134,36 @@ def _align_batch(t: AlignFaces, fit, h, w) -> np.ndarray:
                      for f, hk, wk in zip(fit, h.tolist(), w.tolist())])
 
 
+def _uniform(streams: Streams, rows, low, high):
+    """_random.uniform for each sample of rows: low + (high - low) * next_double, the same operations."""
+    return low + (high - low) * streams.doubles(rows)
+
+
+def _affine_batch(t: RandomAffine, streams: Streams, rows, h, w):
+    """RandomAffine for every sample of rows: ([n, 3, 3], its parameter dicts), the draws in
+    RandomAffine.__call__'s order and the matrix by affine_entries, as the loop makes them."""
+    angle = _uniform(streams, rows, *t.degrees)
+    tx = ty = np.zeros(len(rows))
+    if t.translate is not None:
+        # round() halves to even, as rint; + 0.0 turns rint's -0.0 into round's 0.0
+        tx = np.rint(_uniform(streams, rows, -t.translate[0] * w, t.translate[0] * w)) + 0.0
+        ty = np.rint(_uniform(streams, rows, -t.translate[1] * h, t.translate[1] * h)) + 0.0
+    s = _uniform(streams, rows, *t.scale) if t.scale is not None else np.ones(len(rows))
+    shx, shy = _uniform(streams, rows, *t.shear[0]), _uniform(streams, rows, *t.shear[1])
+    # math's functions, as the loop calls them: numpy's vectorised ones may differ in the last bit
+    a = [math.radians(v) for v in angle.tolist()]
+    entries = affine_entries((w - 1) / 2.0, (h - 1) / 2.0, np.array([math.cos(v) for v in a]),
+                             np.array([math.sin(v) for v in a]),
+                             np.array([math.tan(math.radians(v)) for v in shx.tolist()]),
+                             np.array([math.tan(math.radians(v)) for v in shy.tolist()]), tx, ty, s)
+    m = np.zeros((len(rows), 3, 3))
+    m[:, 0, 0], m[:, 0, 1], m[:, 0, 2], m[:, 1, 0], m[:, 1, 1], m[:, 1, 2] = entries
+    m[:, 2, 2] = 1.0
+    infos = [{"angle": p[0], "translate": (p[1], p[2]), "scale": p[3], "shear": (p[4], p[5])}
+             for p in zip(angle.tolist(), tx.tolist(), ty.tolist(), s.tolist(), shx.tolist(), shy.tolist())]
+    return m, infos
+
+
 def draw_batch(chain: list, sizes, indices, run_key: int, fits=None):
     """(matrices [n, 2, 3] float64, output (h, w) per sample, per-sample parameter dicts, rows to draw
     again one by one) of `chain` (batched_chain's) for images of `sizes`; `fits`: AlignFaces.fit_batch's
@@ -153,6 +183,10 @@ def draw_batch(chain: list, sizes, indices, run_key: int, fits=None):
             h, w = np.full(n, t.size[0], np.int64), np.full(n, t.size[1], np.int64)
             for info, crop in zip(infos, zip(x.tolist(), y.tolist(), cw.tolist(), ch.tolist())):
                 info[name + "crop"] = crop
+        elif isinstance(t, RandomAffine):
+            m, drawn = _affine_batch(t, streams, rows, h, w)
+            for info, p in zip(infos, drawn):
+                info.update((name + k, v) for k, v in p.items())
         elif isinstance(t, AlignFaces):
             fit = (fits or {}).get(id(t)) or [None] * n
             m = _align_batch(t, fit, h, w)

@@ -205,13 +205,22 @@ def affine_matrix(centre, angle: float, translate=(0.0, 0.0), scale: float = 1.0
     `centre` (pixel centres at integers), the angle clockwise on the screen (y points down), then
     the translation. Angles in degrees."""
     a, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
-    rot = np.array([[math.cos(a), -math.sin(a), 0], [math.sin(a), math.cos(a), 0], [0, 0, 1]])
-    shear_m = np.array([[1, 0, 0], [-math.tan(sy), 1, 0], [0, 0, 1]]) @ \
-        np.array([[1, -math.tan(sx), 0], [0, 1, 0], [0, 0, 1]])
-    cx, cy = centre
-    to_centre = np.array([[1.0, 0, -cx], [0, 1, -cy], [0, 0, 1]])
-    back = np.array([[1.0, 0, cx + translate[0]], [0, 1, cy + translate[1]], [0, 0, 1]])
-    return back @ rot @ shear_m @ np.diag([scale, scale, 1.0]) @ to_centre
+    rows = affine_entries(centre[0], centre[1], math.cos(a), math.sin(a), math.tan(sx), math.tan(sy),
+                          float(translate[0]), float(translate[1]), float(scale))
+    return np.array([rows[:3], rows[3:], [0.0, 0.0, 1.0]])
+
+
+def affine_entries(cx, cy, cos_a, sin_a, tan_x, tan_y, tx, ty, scale) -> tuple:
+    """The top two rows of affine_matrix, entry by entry from the angle's cosine and sine and the
+    shears' tangents: floats for one sample or arrays for a batch (orbbec/augment/_batched.py), the
+    same operations in the same order either way, so both give the same bits (no matrix product,
+    whose rounding numpy's BLAS would decide). R @ SHy @ SHx, times the scale, about the centre."""
+    a00 = (cos_a + sin_a * tan_y) * scale
+    a01 = (-(cos_a * tan_x) - sin_a * (tan_y * tan_x + 1.0)) * scale
+    a10 = (sin_a - cos_a * tan_y) * scale
+    a11 = (-(sin_a * tan_x) + cos_a * (tan_y * tan_x + 1.0)) * scale
+    return (a00, a01, (cx + tx) - (a00 * cx + a01 * cy),
+            a10, a11, (cy + ty) - (a10 * cx + a11 * cy))
 
 
 class RandomRotation:
