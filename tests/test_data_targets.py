@@ -47,6 +47,33 @@ def test_boxes_follow_the_image(device):
             assert (bright & ~mask).sum() <= 3
 
 
+def test_a_batchs_boxes_move_as_each_samples_alone():
+    """The batch's boxes in one transform_boxes call, split back by sample: each sample's kept boxes
+    and labels are those of its boxes moved alone, with samples that have no boxes, lose all or some
+    of them (out of the image, or below box_min_visible) among the others."""
+    from orbbec.augment import transform_boxes
+    from orbbec.data._samples import _move_boxes
+
+    rng = np.random.default_rng(2)
+    targets, M = [], []
+    for i in range(12):
+        n = [0, 3, 7, 1][i % 4]
+        xy = rng.uniform(-60, 200, (n, 2))
+        targets.append({"boxes": np.concatenate([xy, xy + rng.uniform(4, 80, (n, 2))], 1).astype(np.float32),
+                        "labels": np.arange(n) + 10 * i})
+        p = A.Compose([A.RandomAffine(40, (0.3, 0.3), (0.5, 1.5))]).draw([(160, 200)], [i], seed=8)
+        M.append(p.matrices[0])
+    moved = [dict(t) for t in targets]
+    _move_boxes(moved, torch.stack(M), (160, 200), 0.3)
+    outcomes = set()
+    for t, m, got in zip(targets, M, moved):
+        want, kept = transform_boxes(torch.as_tensor(t["boxes"]).reshape(-1, 4), m, (160, 200), 0.3)
+        assert torch.equal(got["boxes"], want) and torch.equal(got["labels"], torch.as_tensor(t["labels"])[kept])
+        outcomes.add("none given" if len(kept) == 0 else "all kept" if kept.all() else
+                     "all lost" if not kept.any() else "some lost")
+    assert outcomes == {"none given", "all kept", "all lost", "some lost"}
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_ssd_recipe_drops_the_boxes_its_iou_crop_leaves_out_with_their_labels(device):
     """RandomZoomOut, RandomIoUCrop, flip, Resize, RandomPhotometricDistort (torchvision's SSD recipe,
