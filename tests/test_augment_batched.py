@@ -25,6 +25,13 @@ def _same(a, b):
         assert [type(v) for v in sa.values()] == [type(v) for v in sb.values()]
 
 
+def _batched_compose(chain):
+    """Compose of the chain (a function that makes the transforms), which must be drawn batch-wide."""
+    aug = A.Compose(chain())
+    assert aug._batch_chain is not None
+    return aug
+
+
 def _batch_is_the_loop(aug, sizes, indices, monkeypatch, alone, targets=None, **kw):
     """The batch's draws against the loop's, and samples `alone` drawn by themselves (one alone takes
     the loop): a sample's draws do not depend on its batch. Returns the batch's draws."""
@@ -64,8 +71,7 @@ def test_philox_streams_are_numpys_philox():
     lambda: [A.RandomResizedCrop(32), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)],
 ])
 def test_batch_draws_are_the_loops_bits(chain, monkeypatch):
-    aug = A.Compose(chain())
-    assert aug._batch_chain is not None
+    aug = _batched_compose(chain)
     rng = np.random.default_rng(7)
     for seed, epoch in ((0, 0), (5, 2)):
         sizes = _sizes(rng, 300)
@@ -82,8 +88,7 @@ def test_batch_draws_are_the_loops_bits(chain, monkeypatch):
 def test_affine_batch_draws_are_the_loops_bits(chain, monkeypatch):
     """RandomAffine keeps the size, so each batch has one: photographs', and 1 x 1 and slivers, where
     the translations round to zero from below."""
-    aug = A.Compose(chain())
-    assert aug._batch_chain is not None
+    aug = _batched_compose(chain)
     rng = np.random.default_rng(5)
     for seed, epoch in ((0, 0), (9, 4)):
         for size in ((640, 640), (375, 500), (1, 1), (2, 999)):
@@ -134,8 +139,7 @@ def _face_targets(rng, sizes):
     lambda: [A.AlignFaces(112), A.Normalize(A.IMAGENET_MEAN, A.IMAGENET_STD)],
 ])
 def test_face_alignment_batch_draws_are_the_loops_bits(chain, monkeypatch):
-    aug = A.Compose(chain())
-    assert aug._batch_chain is not None
+    aug = _batched_compose(chain)
     rng = np.random.default_rng(11)
     for seed, epoch in ((0, 0), (3, 5)):
         sizes = [(250, 250)] * 200 + [(int(rng.integers(120, 900)), int(rng.integers(120, 900))) for _ in range(56)]

@@ -150,12 +150,7 @@ def _affine_batch(t: RandomAffine, streams: Streams, rows, h, w):
         ty = np.rint(_uniform(streams, rows, -t.translate[1] * h, t.translate[1] * h)) + 0.0
     s = _uniform(streams, rows, *t.scale) if t.scale is not None else np.ones(len(rows))
     shx, shy = _uniform(streams, rows, *t.shear[0]), _uniform(streams, rows, *t.shear[1])
-    # math's functions, as the loop calls them: numpy's vectorised ones may differ in the last bit
-    a = [math.radians(v) for v in angle.tolist()]
-    entries = affine_entries((w - 1) / 2.0, (h - 1) / 2.0, np.array([math.cos(v) for v in a]),
-                             np.array([math.sin(v) for v in a]),
-                             np.array([math.tan(math.radians(v)) for v in shx.tolist()]),
-                             np.array([math.tan(math.radians(v)) for v in shy.tolist()]), tx, ty, s)
+    entries = affine_entries((w - 1) / 2.0, (h - 1) / 2.0, angle, tx, ty, s, shx, shy)
     m = np.zeros((len(rows), 3, 3))
     m[:, 0, 0], m[:, 0, 1], m[:, 0, 2], m[:, 1, 0], m[:, 1, 1], m[:, 1, 2] = entries
     m[:, 2, 2] = 1.0

@@ -204,17 +204,25 @@ def affine_matrix(centre, angle: float, translate=(0.0, 0.0), scale: float = 1.0
     """torchvision's affine as a forward matrix: R(angle) S(scale) SHy(shear_y) SHx(shear_x) about
     `centre` (pixel centres at integers), the angle clockwise on the screen (y points down), then
     the translation. Angles in degrees."""
-    a, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
-    rows = affine_entries(centre[0], centre[1], math.cos(a), math.sin(a), math.tan(sx), math.tan(sy),
-                          float(translate[0]), float(translate[1]), float(scale))
+    rows = affine_entries(centre[0], centre[1], angle, float(translate[0]), float(translate[1]), float(scale),
+                          shear[0], shear[1])
     return np.array([rows[:3], rows[3:], [0.0, 0.0, 1.0]])
 
 
-def affine_entries(cx, cy, cos_a, sin_a, tan_x, tan_y, tx, ty, scale) -> tuple:
-    """The top two rows of affine_matrix, entry by entry from the angle's cosine and sine and the
-    shears' tangents: floats for one sample or arrays for a batch (orbbec/augment/_batched.py), the
-    same operations in the same order either way, so both give the same bits (no matrix product,
-    whose rounding numpy's BLAS would decide). R @ SHy @ SHx, times the scale, about the centre."""
+def _each(f, v):
+    """math's f of a float, or of each value of an array (numpy's vectorised functions may differ
+    from math's in the last bit)."""
+    return f(v) if np.ndim(v) == 0 else np.array([f(x) for x in np.asarray(v).tolist()])
+
+
+def affine_entries(cx, cy, angle, tx, ty, scale, shear_x, shear_y) -> tuple:
+    """The top two rows of affine_matrix, entry by entry (angles in degrees): floats for one sample
+    or arrays for a batch (orbbec/augment/_batched.py), the same operations in the same order either
+    way, so both give the same bits (no matrix product, whose rounding numpy's BLAS would decide).
+    R @ SHy @ SHx, times the scale, about the centre."""
+    a = _each(math.radians, angle)
+    cos_a, sin_a = _each(math.cos, a), _each(math.sin, a)
+    tan_x, tan_y = (_each(lambda d: math.tan(math.radians(d)), v) for v in (shear_x, shear_y))
     a00 = (cos_a + sin_a * tan_y) * scale
     a01 = (-(cos_a * tan_x) - sin_a * (tan_y * tan_x + 1.0)) * scale
     a10 = (sin_a - cos_a * tan_y) * scale

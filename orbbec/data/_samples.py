@@ -104,14 +104,11 @@ def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> 
         if not have:
             continue
         boxes = [torch.as_tensor(targets[b][k], dtype=torch.float32).reshape(-1, 4) for b in have]
-        counts = torch.tensor([len(x) for x in boxes])
-        per_box = M[torch.tensor(have)].repeat_interleave(counts, dim=0)
-        moved, kept = transform_boxes(torch.cat(boxes), per_box, size, box_min_visible)
-        ends = counts.cumsum(0)
-        kept_to = torch.cat([torch.zeros(1, dtype=torch.int64), kept.to(torch.int64).cumsum(0)])
-        kept_counts = (kept_to[ends] - kept_to[ends - counts]).tolist()  # (one op, not a sum per sample)
-        keeps = kept.split(counts.tolist())
-        for b, keep, part in zip(have, keeps, moved.split(kept_counts)):
+        counts = [len(x) for x in boxes]
+        sample = torch.arange(len(have)).repeat_interleave(torch.tensor(counts))  # each box's place in `have`
+        moved, kept = transform_boxes(torch.cat(boxes), M[torch.tensor(have)[sample]], size, box_min_visible)
+        kept_counts = torch.bincount(sample[kept], minlength=len(have)).tolist()  # (one op, not a sum per sample)
+        for b, keep, part in zip(have, kept.split(counts), moved.split(kept_counts)):
             targets[b][k] = part
             for pk in BOX_ALIGNED_KEYS:
                 if pk in targets[b]:
