@@ -17,6 +17,12 @@ which worker).
 is about the time it held the GIL: torch's host calls keep it), of the native threads (the decoder's
 pool) and of the workers; Python threads summing to about the wall time per batch mean the GIL bounds
 the loader.
+--gaps: per batch, how long the decoding thread waited in each result() (short: the batch was done
+before it was asked for) and how long its Python took from one result() to the start after it
+(the decoder then has one batch fewer queued), with the GIL's share of taking it back (the decoder's
+own gil_s); both modes, so that the loader's thread is set beside the decoding-alone loop's.
+--switch-interval S: sys.setswitchinterval(S) in this process (Python's default 0.005 s is how long a
+thread that wants the GIL may wait for a busy holder).
 --busy N --duty D: N processes beside it, each spinning in Python a fraction D of every 20 ms (random
 phases): with --mode decode, whether decoding alone slows down under the CPU load of the loader's
 workers (24 workers at about 7.5 ms of CPU per batch of 128, every 24th batch: --busy 24 --duty 0.1)."""
@@ -139,6 +145,43 @@ def record_waits():
     stream.GpuStream._items = counted_items
     shared.SlotTable.attach = counted_attach
     stream.start_workers = timed_workers
+
+
+GAPS = {"wait": [], "between": [], "gil": []}  # seconds per batch (see --gaps)
+
+
+def record_gaps():
+    """Times each StartedDecode's result() and the Python from it to the next decode's start."""
+    import orbbec.io as io
+
+    init, result = io.StartedDecode.__init__, io.StartedDecode.result
+    last = {}
+
+    def timed_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if "result_end" in last:
+            GAPS["between"].append(time.perf_counter() - last.pop("result_end"))
+
+    def timed_result(self):
+        t = time.perf_counter()
+        out = result(self)
+        last["result_end"] = time.perf_counter()
+        GAPS["wait"].append(last["result_end"] - t)
+        GAPS["gil"].append(getattr(io.last_call, "gil_s", 0.0))
+        return out
+    io.StartedDecode.__init__, io.StartedDecode.result = timed_init, timed_result
+
+
+def gap_summary():
+    import numpy as np
+
+    def spread(name):
+        v = np.array(GAPS[name][len(GAPS[name]) // 5:]) * 1e3  # the first fifth is the warm-up's
+        if not len(v):
+            return f"{name}: none"
+        return (f"{name} ms p10 {np.percentile(v, 10):.3f} p50 {np.median(v):.3f} p90 {np.percentile(v, 90):.3f} "
+                f"p99 {np.percentile(v, 99):.3f} max {v.max():.2f} mean {v.mean():.3f} (n {len(v)})")
+    return "\n    ".join(spread(k) for k in ("wait", "between", "gil"))
 
 
 LONG_MS = 5.0  # a wait this long or longer is a stall
@@ -408,7 +451,13 @@ def main():
     ap.add_argument("--duty", type=float, default=1.0, help="--busy: each one's busy share of every 20 ms")
     ap.add_argument("--busy-cores", type=int, default=0,
                     help="--busy: those processes on this many cores, this process on the others")
+    ap.add_argument("--gaps", action="store_true", help="the decoding thread's waits and Python per batch")
+    ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (seconds)")
     a = ap.parse_args()
+    if a.switch_interval:
+        sys.setswitchinterval(a.switch_interval)
+    if a.gaps:
+        record_gaps()
     stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
     j0 = machine_jiffies()
     if a.per_sample_draws:
@@ -455,6 +504,8 @@ def main():
           f"of {os.cpu_count()} cores busy, steal {life['steal']:.1%})  {t}", flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
+    if a.gaps:
+        print("    " + gap_summary(), flush=True)
     if a.per_worker:
         from worker_times import format_summary
         print("    " + format_summary(WORKER_TIMES), flush=True)
