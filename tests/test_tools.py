@@ -227,3 +227,64 @@ def test_benchmark_tables_merged_from_two_runs_keep_every_workload_and_its_worke
     for workload in ("cls-500x375", "cls-1080p", "face", "det"):
         assert f"| {workload} | orbbec |" in text, workload
     assert "orbbec's loader workers: cls-500x375 12, cls-1080p 9, face 32, det 9." in text
+
+
+def test_probe_submit_first_starts_the_next_decode_before_handing_over_the_oldest(monkeypatch):
+    """loader_stage_probe --submit-first replaces the loader's decoding loop: each batch's decode starts
+    once the oldest started one is done and before that one is handed over, and every batch still comes
+    out, in order (the GPU's calls replaced by fakes that log their order)."""
+    import contextlib
+    import types
+
+    import torch
+
+    import loader_stage_probe as probe
+    import orbbec.data._loader as loader_module
+    import orbbec.data._stream as stream
+    from orbbec.data._epoch import Timing
+
+    log = []
+
+    class Started:
+        def __init__(self, batch):
+            self.seq, self.done = batch.extra["seq"], False
+            log.append(("start", self.seq))
+
+        def result(self):
+            if not self.done:
+                time.sleep(0.001)
+                log.append(("done", self.seq))
+                self.done = True
+            return [], []
+
+    def finish(cfg, batch, started):
+        started.result()
+        log.append(("handed over", batch.extra["seq"]))
+
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Event", lambda: types.SimpleNamespace(record=lambda s=None: None))
+    monkeypatch.setattr(stream, "start_decode_batch", lambda cfg, batch: Started(batch))
+    monkeypatch.setattr(stream, "finish_decode", finish)
+    monkeypatch.setattr(stream, "augment_batch", lambda cfg, batch: None)
+    monkeypatch.setattr(stream, "_pin_and_move", lambda batch, device: None)
+    monkeypatch.setattr(stream, "start_workers", iter)
+    monkeypatch.setattr(stream.GpuStream, "_decode", stream.GpuStream._decode)  # restored afterwards
+    monkeypatch.setattr(loader_module, "DECODES_IN_FLIGHT", loader_module.DECODES_IN_FLIGHT)
+    probe.submit_first()
+    n = 12
+    batches = [types.SimpleNamespace(slot=None, extra={"seq": k}, images=None, targets=None, params=None,
+                                     unpack=lambda slots: None) for k in range(n)]
+    s = stream.GpuStream(batches, types.SimpleNamespace(slots=None, device="cpu"), stream.Counters(Timing()), None, 2)
+    out = []
+    while True:
+        item = s.queue.get(timeout=10)
+        if item is stream.DONE:
+            break
+        assert not isinstance(item, BaseException), item
+        out.append(item[0].extra["seq"])
+    s.close()
+    assert out == list(range(n))
+    k = stream.DECODES_IN_FLIGHT
+    for j in range(k, n):
+        assert log.index(("done", j - k)) < log.index(("start", j)) < log.index(("handed over", j - k)), log
