@@ -64,6 +64,7 @@ def submit_first():
                     if len(pending) >= n and self.received.empty():  # nothing to start: hand over first
                         if not self._finish(*pending.pop(0)):
                             return
+                        t = time.perf_counter()  # (the wait for the workers starts now)
                     batch = next(items, stream.DONE)
                     if batch is stream.DONE or self.stop.is_set():
                         break
