@@ -21,7 +21,7 @@ import numpy as np
 from ._faces import AlignFaces
 from ._geometry import (_IDENTITY, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
                         _flip_matrix, affine_entries, scale_region)
-from ._random import index_word
+from ._random import index_word, uniform_of_unit
 
 _BATCHED = (RandomResizedCrop, AlignFaces, RandomAffine, RandomHorizontalFlip, RandomVerticalFlip)
 _FIRST_ONLY = (RandomResizedCrop, AlignFaces, RandomAffine)  # their matrices times an earlier step's are inexact
@@ -127,16 +127,13 @@ def batched_chain(geometric) -> Optional[list]:
 
 
 def _align_batch(t: AlignFaces, fit, h, w) -> np.ndarray:
-    """AlignFaces for every sample ([n, 3, 3]): its fit_batch matrix, or where that is None the
-    whole image resized, as AlignFaces.__call__ gives it (no random draw either way)."""
-    out = (t.size, t.size)
-    return np.stack([f if f is not None else scale_region(0, 0, int(wk), int(hk), out)
-                     for f, hk, wk in zip(fit, h.tolist(), w.tolist())])
+    """AlignFaces for every sample ([n, 3, 3]), as AlignFaces.__call__ gives it (no random draw)."""
+    return np.stack([t.matrix(f, hk, wk) for f, hk, wk in zip(fit, h.tolist(), w.tolist())])
 
 
 def _uniform(streams: Streams, rows, low, high):
-    """_random.uniform for each sample of rows: low + (high - low) * next_double, the same operations."""
-    return low + (high - low) * streams.doubles(rows)
+    """_random.uniform for each sample of rows (the same operations)."""
+    return uniform_of_unit(low, high, streams.doubles(rows))
 
 
 def _affine_batch(t: RandomAffine, streams: Streams, rows, h, w):

@@ -55,9 +55,11 @@ class AlignFaces:
 
     def __call__(self, rng, size, target, fit=None):
         """`fit`: this sample's matrix from fit_batch, if it was computed with the batch."""
-        out = (self.size, self.size)
         if fit is None:
             fit = self.fit_batch([target])[0]
-        if fit is None:
-            return scale_region(0, 0, size[1], size[0], out), out, {"valid": False}
-        return fit, out, {"valid": True}
+        return self.matrix(fit, size[0], size[1]), (self.size, self.size), {"valid": fit is not None}
+
+    def matrix(self, fit, h: int, w: int):
+        """A sample's matrix: its fit_batch matrix, or where that is None the whole h x w image resized
+        to size x size (for one sample here, and for a batch in orbbec/augment/_batched.py)."""
+        return fit if fit is not None else scale_region(0, 0, w, h, (self.size, self.size))

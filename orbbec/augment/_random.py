@@ -60,4 +60,10 @@ def uniform(rng: np.random.Generator, low: float, high: float) -> float:
     low + (high - low) * next_double, and rng.random() is next_double), at about a third of the
     cost of the call (0.7 against 2.2 us), of which a loader worker makes a few per sample. (Where
     numpy's C fuses that multiply-add, e.g. on aarch64, the last bit may differ from its uniform.)"""
-    return low + (high - low) * rng.random()
+    return uniform_of_unit(low, high, rng.random())
+
+
+def uniform_of_unit(low, high, u):
+    """numpy's uniform(low, high) from its next_double `u` in [0, 1) (a float, or an array of them for
+    a batch: orbbec/augment/_batched.py), so that both give the same bits."""
+    return low + (high - low) * u
