@@ -28,6 +28,9 @@ DONE = object()
 # Batches started and not yet finished by the decoding thread: it starts batch N+1 before it takes
 # batch N (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch).
 DECODES_IN_FLIGHT = 2
+# The decoding thread holds one batch more for a moment: the next one, taken before the oldest
+# started one is handed over (GpuStream._decode).
+BATCHES_IN_DECODING = DECODES_IN_FLIGHT + 1
 
 # Batches received from the workers and not yet started. The workers' batches arrive in order and
 # in bursts (one late worker holds back the batches after its own): with room for 2 the decoding
@@ -59,6 +62,17 @@ def start_workers(reader):
         return iter(reader)
     finally:
         gc.unfreeze()
+
+
+def _wait_for(started) -> None:
+    """Waits for a started decode to end. Its error, if any, is the batch's and comes out again when
+    the batch is finished (StartedDecode.result keeps it), at the batch's place in the order."""
+    if started is None:
+        return
+    try:
+        started.result()
+    except Exception:  # noqa: BLE001 (see above)
+        pass
 
 
 class Counters:
@@ -173,26 +187,37 @@ class GpuStream:
             self._put(e, self.received)
 
     def _decode(self):
-        """Starts each batch's decode, then finishes the oldest started one (DECODES_IN_FLIGHT), so
-        that the decoder works on one batch while this thread's Python takes the previous one's
-        results and receives the next."""
+        """Keeps DECODES_IN_FLIGHT batches decoding. When the next batch has been received and the
+        decoder is full, it waits for the oldest one's decode, starts the next at once, and only then
+        hands the oldest over: this thread's Python (the hand-over, taking the next batch, taking the
+        GIL back) then runs while the decoder has work, not between two of its batches. With nothing
+        received, the oldest is handed over first, so the consumer does not wait for the workers."""
         pending = []  # [batch, its started decode, seconds waited for it], started and not yet finished
         try:
             torch.cuda.set_device(self.device)
             with torch.cuda.stream(self.stream):
+                items = self._items(self.received)
                 t = time.perf_counter()
-                for batch in self._items(self.received):
+                while True:
+                    if len(pending) >= DECODES_IN_FLIGHT and self.received.empty():
+                        if not self._finish(*pending.pop(0)):
+                            return
+                        t = time.perf_counter()  # (the wait for the workers counts from here)
+                    batch = next(items, DONE)
+                    if batch is DONE:
+                        break
                     if self.stop.is_set():
                         return
                     waited = time.perf_counter() - t
+                    full = len(pending) >= DECODES_IN_FLIGHT
+                    if full:
+                        _wait_for(pending[0][1])
                     started, error = self._start(batch)
-                    if error is not None:  # passed on to its batch's place in the order
-                        if not self._put(error, self.decoded):
-                            return
-                        t = time.perf_counter()
-                        continue
-                    pending.append((batch, started, waited))
-                    if len(pending) >= DECODES_IN_FLIGHT and not self._finish(*pending.pop(0)):
+                    if error is None:
+                        pending.append((batch, started, waited))
+                    elif not self._put(error, self.decoded):  # passed on to its batch's place in the order
+                        return
+                    if full and not self._finish(*pending.pop(0)):  # the oldest, decoded: handed over now
                         return
                     t = time.perf_counter()
                 while pending:

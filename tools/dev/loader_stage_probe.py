@@ -21,10 +21,6 @@ the loader.
 before it was asked for) and how long its Python took from one result() to the start after it
 (the decoder then has one batch fewer queued), with the GIL's share of taking it back (the decoder's
 own gil_s); both modes, so that the loader's thread is set beside the decoding-alone loop's.
---submit-first: the decoding thread takes the next received batch before it waits for the oldest
-started one, and starts it as soon as that wait returns, handing the oldest over afterwards (its
-Python then runs while two batches decode, not one). Clean data only: a batch whose decode raises
-would be waited for twice.
 --switch-interval S: sys.setswitchinterval(S) in this process (Python's default 0.005 s is how long a
 thread that wants the GIL may wait for a busy holder).
 --busy N --duty D: N processes beside it, each spinning in Python a fraction D of every 20 ms (random
@@ -42,57 +38,6 @@ from benchmark_pipeline import (build_data, decode_one_ahead, forever, machine_j
                                 orbbec_transform, rows_to_decode_of, run_decode_only)
 from loader_records import (ARRIVALS, FRESH, MARKS, READY, STEPS, WAITS, WORKER_TIMES, CpuClock,  # noqa: E402
                             gap_summary, record_gaps, record_waits, record_worker_times, wait_summary, wrap_steps)
-
-
-def submit_first():
-    """GpuStream._decode with the next start moved ahead of the oldest batch's hand-over (--submit-first)."""
-    import orbbec.data._loader as loader_module
-    import orbbec.data._stream as stream
-    import torch
-
-    loader_module.DECODES_IN_FLIGHT = stream.DECODES_IN_FLIGHT + 1  # the slots: one more batch held here
-
-    def decode(self):
-        n = stream.DECODES_IN_FLIGHT
-        pending = []
-        try:
-            torch.cuda.set_device(self.device)
-            with torch.cuda.stream(self.stream):
-                items = self._items(self.received)
-                t = time.perf_counter()
-                while True:
-                    if len(pending) >= n and self.received.empty():  # nothing to start: hand over first
-                        if not self._finish(*pending.pop(0)):
-                            return
-                        t = time.perf_counter()  # (the wait for the workers starts now)
-                    batch = next(items, stream.DONE)
-                    if batch is stream.DONE or self.stop.is_set():
-                        break
-                    waited = time.perf_counter() - t
-                    if len(pending) >= n and pending[0][1] is not None:
-                        pending[0][1].result()  # the decoder is done with the oldest: start the next now
-                    started, error = self._start(batch)
-                    if error is not None:
-                        if not self._put(error, self.decoded):
-                            return
-                    else:
-                        pending.append((batch, started, waited))
-                    if len(pending) > n or (error is not None and len(pending) >= n):
-                        if not self._finish(*pending.pop(0)):
-                            return
-                    t = time.perf_counter()
-                if self.stop.is_set():
-                    return
-                while pending:
-                    if not self._finish(*pending.pop(0)):
-                        return
-                self._put(stream.DONE, self.decoded)
-        except BaseException as e:
-            self._put(e, self.decoded)
-        finally:
-            for batch, started, _ in pending:
-                self._abandon(batch, started)
-    stream.GpuStream._decode = decode
 
 
 def split_cores(worker_pids, n_worker_cores):
@@ -292,15 +237,12 @@ def main():
     ap.add_argument("--busy-cores", type=int, default=0,
                     help="--busy: those processes on this many cores, this process on the others")
     ap.add_argument("--gaps", action="store_true", help="the decoding thread's waits and Python per batch")
-    ap.add_argument("--submit-first", action="store_true", help="start the next decode before the oldest's hand-over")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (seconds)")
     a = ap.parse_args()
     if a.switch_interval:
         sys.setswitchinterval(a.switch_interval)
     if a.gaps:
         record_gaps()
-    if a.submit_first:
-        submit_first()
     stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
     j0 = machine_jiffies()
     if a.per_sample_draws:
@@ -318,7 +260,8 @@ def main():
     if a.in_flight:
         import orbbec.data._loader as loader_module
         import orbbec.data._stream as stream
-        stream.DECODES_IN_FLIGHT = loader_module.DECODES_IN_FLIGHT = a.in_flight  # (the slots follow it)
+        stream.DECODES_IN_FLIGHT = a.in_flight
+        loader_module.BATCHES_IN_DECODING = a.in_flight + 1  # (the slots follow it)
     if a.received_depth:
         import orbbec.data._loader as loader_module
         import orbbec.data._stream as stream

@@ -1,0 +1,130 @@
+"""orbbec.data's decoding thread (GpuStream._decode) on the CPU: the order in which it starts, waits for
+and hands over batches, and what becomes of a batch whose decode fails. The GPU's calls are replaced by
+fakes that log their order; the real decoder under the same loop is in test_data.py and test_io_cuda.py."""
+import contextlib
+import time
+import types
+
+import pytest
+import torch
+
+import orbbec.data._stream as stream
+from orbbec.data._epoch import Timing
+from orbbec.data._reorder import BatchError
+from orbbec.io import StartedDecode
+
+
+class Started:
+    """A started decode: done after a short while; raises for the batches in `failing`."""
+
+    def __init__(self, batch, log, failing):
+        self.seq, self.log, self.failing, self.done = batch.extra["seq"], log, failing, False
+        log.append(("start", self.seq))
+
+    def result(self):
+        if not self.done:
+            time.sleep(0.001)
+            self.log.append(("done", self.seq))
+            self.done = True
+        if self.seq in self.failing:
+            raise RuntimeError(f"decode of batch {self.seq} failed")
+        return [], []
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The stream's GPU calls faked; returns (log, set of batches whose decode fails)."""
+    log, failing = [], set()
+
+    def finish(cfg, batch, started):
+        started.result()
+        log.append(("handed over", batch.extra["seq"]))
+
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Event", lambda: types.SimpleNamespace(record=lambda s=None: None))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: types.SimpleNamespace(wait_event=lambda e: None))
+    monkeypatch.setattr(stream, "start_decode_batch", lambda cfg, batch: Started(batch, log, failing))
+    monkeypatch.setattr(stream, "finish_decode", finish)
+    monkeypatch.setattr(stream, "augment_batch", lambda cfg, batch: None)
+    monkeypatch.setattr(stream, "_pin_and_move", lambda batch, device: None)
+    monkeypatch.setattr(stream, "start_workers", iter)
+    return log, failing
+
+
+def batches(n, worker_error_at=None):
+    """The workers' batches as the DataLoader hands them over; a worker's error is raised by its
+    iterator in the batch's place (torch re-raises it there)."""
+    for k in range(n):
+        if k == worker_error_at:
+            raise ValueError(f"worker failed on batch {k}")
+        yield types.SimpleNamespace(slot=None, extra={"seq": k}, indices=[k], images=None, targets=None, params=None,
+                                    unpack=lambda slots: None)
+
+
+def drain(items):
+    """The sequence numbers handed out, in order, and the exception that ended them (or None)."""
+    s = stream.GpuStream(items, types.SimpleNamespace(slots=None, device="cpu"), stream.Counters(Timing()), None, 2)
+    out = []
+    try:
+        while True:
+            out.append(s.next_batch().extra["seq"])
+    except StopIteration:
+        return out, None
+    except Exception as e:  # noqa: BLE001 (returned to the test)
+        return out, e
+    finally:
+        s.close()
+
+
+def test_next_decode_starts_before_the_oldest_is_handed_over(fake_gpu):
+    """With the next batch received, its decode starts once the oldest started one is done and before
+    that one is handed over (the hand-over's Python runs while the decoder has work), and every batch
+    comes out, in order."""
+    log, _ = fake_gpu
+    n = 12
+    out, error = drain(batches(n))
+    assert error is None and out == list(range(n))
+    k = stream.DECODES_IN_FLIGHT
+    starts = [log.index(("start", j)) for j in range(n)]
+    assert starts == sorted(starts)
+    assert sum(log.index(("done", j - k)) < log.index(("start", j)) < log.index(("handed over", j - k))
+               for j in range(k, n)) >= (n - k) // 2, log  # (a batch not yet received: the oldest goes first)
+    for j in range(k, n):  # never more than DECODES_IN_FLIGHT decoding at once
+        assert log.index(("done", j - k)) < log.index(("start", j)), log
+
+
+@pytest.mark.parametrize("bad", [0, 3, 7])
+def test_failed_decode_comes_out_at_its_place(fake_gpu, bad):
+    """A batch whose decode raises (waited for early, then finished) raises its own error after every
+    batch before it, once, and nothing is lost before it."""
+    _, failing = fake_gpu
+    failing.add(bad)
+    out, error = drain(batches(8))
+    assert out == list(range(bad))
+    assert isinstance(error, RuntimeError) and f"batch {bad} failed" in str(error)
+
+
+def test_worker_error_comes_out_at_its_place(fake_gpu):
+    """A worker's error comes after the batches before it, which were still decoding when it came."""
+    out, error = drain(batches(8, worker_error_at=4))
+    assert out == [0, 1, 2, 3]
+    assert isinstance(error, ValueError) and "batch 4" in str(error)
+
+
+def test_started_decode_raises_its_error_again():
+    """StartedDecode.result waits once: asked again after a failed wait it raises the same error (the
+    loader waits for a batch's decode, then finishes it) and does not wait a second time."""
+    calls = []
+
+    class Pending:
+        def wait(self):
+            calls.append(1)
+            raise RuntimeError("nvJPEG failed")
+
+    started = StartedDecode.__new__(StartedDecode)
+    started._done, started._error, started._pending, started.warped = None, None, Pending(), None
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="nvJPEG failed") as info:
+            started.result()
+    assert len(calls) == 1 and str(info.value) == "nvJPEG failed"
