@@ -94,6 +94,19 @@ def test_next_decode_starts_before_the_oldest_is_handed_over(fake_gpu):
         assert log.index(("done", j - k)) < log.index(("start", j)), log
 
 
+def test_earlier_order_kept_for_comparison(fake_gpu, monkeypatch):
+    """START_BEFORE_HAND_OVER = False (the probe's --hand-over-first): each batch's decode starts after
+    the oldest one is handed over, and every batch still comes out in order."""
+    log, _ = fake_gpu
+    monkeypatch.setattr(stream, "START_BEFORE_HAND_OVER", False)
+    n = 10
+    out, error = drain(batches(n))
+    assert error is None and out == list(range(n))
+    k = stream.DECODES_IN_FLIGHT
+    for j in range(k, n):
+        assert log.index(("handed over", j - k)) < log.index(("start", j)), log
+
+
 @pytest.mark.parametrize("bad", [0, 3, 7])
 def test_failed_decode_comes_out_at_its_place(fake_gpu, bad):
     """A batch whose decode raises (waited for early, then finished) raises its own error after every

@@ -31,6 +31,9 @@ DECODES_IN_FLIGHT = 2
 # The decoding thread holds one batch more for a moment: the next one, taken before the oldest
 # started one is handed over (GpuStream._decode).
 BATCHES_IN_DECODING = DECODES_IN_FLIGHT + 1
+# False: the decoding thread hands the oldest batch over before it takes the next, the order before
+# (kept to compare the two: tools/dev/loader_stage_probe.py --hand-over-first).
+START_BEFORE_HAND_OVER = True
 
 # Batches received from the workers and not yet started. The workers' batches arrive in order and
 # in bursts (one late worker holds back the batches after its own): with room for 2 the decoding
@@ -199,7 +202,7 @@ class GpuStream:
                 items = self._items(self.received)
                 t = time.perf_counter()
                 while True:
-                    if len(pending) >= DECODES_IN_FLIGHT and self.received.empty():
+                    if len(pending) >= DECODES_IN_FLIGHT and (self.received.empty() or not START_BEFORE_HAND_OVER):
                         if not self._finish(*pending.pop(0)):
                             return
                         t = time.perf_counter()  # (the wait for the workers counts from here)
