@@ -10,7 +10,6 @@ import torch
 
 import orbbec.data._stream as stream
 from orbbec.data._epoch import Timing
-from orbbec.data._reorder import BatchError
 from orbbec.io import StartedDecode
 
 
@@ -77,11 +76,25 @@ def drain(items):
         s.close()
 
 
-def test_next_decode_starts_before_the_oldest_is_handed_over(fake_gpu):
-    """With the next batch received, its decode starts once the oldest started one is done and before
+def test_oldest_is_handed_over_before_the_next_decode_starts(fake_gpu):
+    """By default each batch's decode starts after the oldest started one is handed over, with
+    DECODES_IN_FLIGHT started before that, and every batch comes out in order."""
+    log, _ = fake_gpu
+    n = 10
+    out, error = drain(batches(n))
+    assert error is None and out == list(range(n))
+    k = stream.DECODES_IN_FLIGHT
+    for j in range(k, n):
+        assert log.index(("handed over", j - k)) < log.index(("start", j)), log
+    assert log.index(("start", k - 1)) < log.index(("handed over", 0)), log
+
+
+def test_next_decode_can_start_before_the_oldest_is_handed_over(fake_gpu, monkeypatch):
+    """With START_BEFORE_HAND_OVER and the next batch received, its decode starts once the oldest started one is done and before
     that one is handed over (the hand-over's Python runs while the decoder has work), and every batch
     comes out, in order."""
     log, _ = fake_gpu
+    monkeypatch.setattr(stream, "START_BEFORE_HAND_OVER", True)
     n = 12
     out, error = drain(batches(n))
     assert error is None and out == list(range(n))
@@ -94,32 +107,23 @@ def test_next_decode_starts_before_the_oldest_is_handed_over(fake_gpu):
         assert log.index(("done", j - k)) < log.index(("start", j)), log
 
 
-def test_earlier_order_kept_for_comparison(fake_gpu, monkeypatch):
-    """START_BEFORE_HAND_OVER = False (the probe's --hand-over-first): each batch's decode starts after
-    the oldest one is handed over, and every batch still comes out in order."""
-    log, _ = fake_gpu
-    monkeypatch.setattr(stream, "START_BEFORE_HAND_OVER", False)
-    n = 10
-    out, error = drain(batches(n))
-    assert error is None and out == list(range(n))
-    k = stream.DECODES_IN_FLIGHT
-    for j in range(k, n):
-        assert log.index(("handed over", j - k)) < log.index(("start", j)), log
-
-
+@pytest.mark.parametrize("start_first", [False, True])
 @pytest.mark.parametrize("bad", [0, 3, 7])
-def test_failed_decode_comes_out_at_its_place(fake_gpu, bad):
+def test_failed_decode_comes_out_at_its_place(fake_gpu, monkeypatch, bad, start_first):
     """A batch whose decode raises (waited for early, then finished) raises its own error after every
     batch before it, once, and nothing is lost before it."""
     _, failing = fake_gpu
+    monkeypatch.setattr(stream, "START_BEFORE_HAND_OVER", start_first)
     failing.add(bad)
     out, error = drain(batches(8))
     assert out == list(range(bad))
     assert isinstance(error, RuntimeError) and f"batch {bad} failed" in str(error)
 
 
-def test_worker_error_comes_out_at_its_place(fake_gpu):
+@pytest.mark.parametrize("start_first", [False, True])
+def test_worker_error_comes_out_at_its_place(fake_gpu, monkeypatch, start_first):
     """A worker's error comes after the batches before it, which were still decoding when it came."""
+    monkeypatch.setattr(stream, "START_BEFORE_HAND_OVER", start_first)
     out, error = drain(batches(8, worker_error_at=4))
     assert out == [0, 1, 2, 3]
     assert isinstance(error, ValueError) and "batch 4" in str(error)

@@ -28,12 +28,17 @@ DONE = object()
 # Batches started and not yet finished by the decoding thread: it starts batch N+1 before it takes
 # batch N (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch).
 DECODES_IN_FLIGHT = 2
-# The decoding thread holds one batch more for a moment: the next one, taken before the oldest
-# started one is handed over (GpuStream._decode).
+# True: once the next batch has been received, the decoding thread waits for the oldest started
+# one, starts the next at once and only then hands the oldest over (its Python then runs while the
+# decoder has two batches, not one). False, the default: it hands the oldest over, then takes and
+# starts the next. True shortened the thread's time from one decode's end to the next start (det:
+# 0.53 -> 0.16 ms), yet det ran slower with it: 23,666 / 23,230 img/s against 24,680 / 24,857
+# alternated on one H200 (docs/dev/decode.md); kept to compare (loader_stage_probe.py
+# --start-before-hand-over).
+START_BEFORE_HAND_OVER = False
+# With START_BEFORE_HAND_OVER the thread holds one batch more for a moment (the next, taken before
+# the oldest is handed over): the workers' slots leave room for it.
 BATCHES_IN_DECODING = DECODES_IN_FLIGHT + 1
-# False: the decoding thread hands the oldest batch over before it takes the next, the order before
-# (kept to compare the two: tools/dev/loader_stage_probe.py --hand-over-first).
-START_BEFORE_HAND_OVER = True
 
 # Batches received from the workers and not yet started. The workers' batches arrive in order and
 # in bursts (one late worker holds back the batches after its own): with room for 2 the decoding
@@ -190,11 +195,11 @@ class GpuStream:
             self._put(e, self.received)
 
     def _decode(self):
-        """Keeps DECODES_IN_FLIGHT batches decoding. When the next batch has been received and the
-        decoder is full, it waits for the oldest one's decode, starts the next at once, and only then
-        hands the oldest over: this thread's Python (the hand-over, taking the next batch, taking the
-        GIL back) then runs while the decoder has work, not between two of its batches. With nothing
-        received, the oldest is handed over first, so the consumer does not wait for the workers."""
+        """Keeps DECODES_IN_FLIGHT batches decoding: hands the oldest started one over, takes the
+        next received batch and starts it, so that the decoder works on one batch while this thread's
+        Python takes the previous one's results and receives the next. With START_BEFORE_HAND_OVER
+        and the next batch already received, it starts that batch as soon as the oldest is decoded
+        and hands the oldest over afterwards."""
         pending = []  # [batch, its started decode, seconds waited for it], started and not yet finished
         try:
             torch.cuda.set_device(self.device)
