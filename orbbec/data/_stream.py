@@ -28,17 +28,6 @@ DONE = object()
 # Batches started and not yet finished by the decoding thread: it starts batch N+1 before it takes
 # batch N (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch).
 DECODES_IN_FLIGHT = 2
-# True: once the next batch has been received, the decoding thread waits for the oldest started
-# one, starts the next at once and only then hands the oldest over (its Python then runs while the
-# decoder has two batches, not one). False, the default: it hands the oldest over, then takes and
-# starts the next. True shortened the thread's time from one decode's end to the next start (det:
-# 0.53 -> 0.16 ms), yet det ran slower with it: 23,666 / 23,230 img/s against 24,680 / 24,857
-# alternated on one H200 (docs/dev/decode.md); kept to compare (loader_stage_probe.py
-# --start-before-hand-over).
-START_BEFORE_HAND_OVER = False
-# With START_BEFORE_HAND_OVER the thread holds one batch more for a moment (the next, taken before
-# the oldest is handed over): the workers' slots leave room for it.
-BATCHES_IN_DECODING = DECODES_IN_FLIGHT + 1
 
 # Batches received from the workers and not yet started. The workers' batches arrive in order and
 # in bursts (one late worker holds back the batches after its own): with room for 2 the decoding
@@ -70,17 +59,6 @@ def start_workers(reader):
         return iter(reader)
     finally:
         gc.unfreeze()
-
-
-def _wait_for(started) -> None:
-    """Waits for a started decode to end. Its error, if any, is the batch's and comes out again when
-    the batch is finished (StartedDecode.result keeps it), at the batch's place in the order."""
-    if started is None:
-        return
-    try:
-        started.result()
-    except Exception:  # noqa: BLE001 (see above)
-        pass
 
 
 class Counters:
@@ -195,37 +173,26 @@ class GpuStream:
             self._put(e, self.received)
 
     def _decode(self):
-        """Keeps DECODES_IN_FLIGHT batches decoding: hands the oldest started one over, takes the
-        next received batch and starts it, so that the decoder works on one batch while this thread's
-        Python takes the previous one's results and receives the next. With START_BEFORE_HAND_OVER
-        and the next batch already received, it starts that batch as soon as the oldest is decoded
-        and hands the oldest over afterwards."""
+        """Starts each batch's decode, then finishes the oldest started one (DECODES_IN_FLIGHT), so
+        that the decoder works on one batch while this thread's Python takes the previous one's
+        results and receives the next."""
         pending = []  # [batch, its started decode, seconds waited for it], started and not yet finished
         try:
             torch.cuda.set_device(self.device)
             with torch.cuda.stream(self.stream):
-                items = self._items(self.received)
                 t = time.perf_counter()
-                while True:
-                    if len(pending) >= DECODES_IN_FLIGHT and (self.received.empty() or not START_BEFORE_HAND_OVER):
-                        if not self._finish(*pending.pop(0)):
-                            return
-                        t = time.perf_counter()  # (the wait for the workers counts from here)
-                    batch = next(items, DONE)
-                    if batch is DONE:
-                        break
+                for batch in self._items(self.received):
                     if self.stop.is_set():
                         return
                     waited = time.perf_counter() - t
-                    full = len(pending) >= DECODES_IN_FLIGHT
-                    if full:
-                        _wait_for(pending[0][1])
                     started, error = self._start(batch)
-                    if error is None:
-                        pending.append((batch, started, waited))
-                    elif not self._put(error, self.decoded):  # passed on to its batch's place in the order
-                        return
-                    if full and not self._finish(*pending.pop(0)):  # the oldest, decoded: handed over now
+                    if error is not None:  # passed on to its batch's place in the order
+                        if not self._put(error, self.decoded):
+                            return
+                        t = time.perf_counter()
+                        continue
+                    pending.append((batch, started, waited))
+                    if len(pending) >= DECODES_IN_FLIGHT and not self._finish(*pending.pop(0)):
                         return
                     t = time.perf_counter()
                 while pending:

@@ -164,7 +164,6 @@ class StartedDecode:
     def __init__(self, data, mode, device, images=None, errors=None, warp=None):
         self._data, self._mode = data, mode
         self._done = None if images is None else (images, errors)
-        self._error = None
         self.warped = None
         if self._done is None:
             self._index = _nvjpeg_device_index(device)
@@ -175,25 +174,18 @@ class StartedDecode:
                 self._pending = _C.decode_jpeg_cuda_start(data, _MODES[mode], self._index, None, warp=warp)
 
     def result(self):
-        """Waits once; asked again (the loader waits for a batch, then finishes it) it returns the
-        same result or raises the same error."""
-        if self._done is None and self._error is None:
-            try:
-                self._done = self._wait()
-            except Exception as e:
-                self._error = e
-        if self._error is not None:
-            raise self._error
+        if self._done is None:
+            raw = self._pending.wait()
+            self._pending = None
+            # The decoder's own host time, and how long taking the GIL back took once it was done.
+            last_call.native_s, last_call.gil_s = raw[5], raw[6]
+            self.warped = raw[7]
+            if self.warped is not None:
+                self._done = raw[0], raw[1]
+            else:
+                self._done = _finish_cuda(list(raw[:6]), self._data, self._mode, [None] * len(self._data), False,
+                                          self._index)
         return self._done
-
-    def _wait(self):
-        raw, self._pending = self._pending.wait(), None
-        # The decoder's own host time, and how long taking the GIL back took once it was done.
-        last_call.native_s, last_call.gil_s = raw[5], raw[6]
-        self.warped = raw[7]
-        if self.warped is not None:
-            return raw[0], raw[1]
-        return _finish_cuda(list(raw[:6]), self._data, self._mode, [None] * len(self._data), False, self._index)
 
 
 class PackedImages:

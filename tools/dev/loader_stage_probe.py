@@ -21,9 +21,6 @@ the loader.
 before it was asked for) and how long its Python took from one result() to the start after it
 (the decoder then has one batch fewer queued), with the GIL's share of taking it back (the decoder's
 own gil_s); both modes, so that the loader's thread is set beside the decoding-alone loop's.
---start-before-hand-over: the loader's decoding thread starts the next received batch as soon as the
-oldest started one is decoded, and hands the oldest over afterwards (by default it hands the oldest
-over, then takes and starts the next).
 --switch-interval S: sys.setswitchinterval(S) in this process (Python's default 0.005 s is how long a
 thread that wants the GIL may wait for a busy holder).
 --busy N --duty D: N processes beside it, each spinning in Python a fraction D of every 20 ms (random
@@ -240,17 +237,12 @@ def main():
     ap.add_argument("--busy-cores", type=int, default=0,
                     help="--busy: those processes on this many cores, this process on the others")
     ap.add_argument("--gaps", action="store_true", help="the decoding thread's waits and Python per batch")
-    ap.add_argument("--start-before-hand-over", action="store_true",
-                    help="the decoding thread starts the next batch before it hands the oldest over")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (seconds)")
     a = ap.parse_args()
     if a.switch_interval:
         sys.setswitchinterval(a.switch_interval)
     if a.gaps:
         record_gaps()
-    if a.start_before_hand_over:
-        import orbbec.data._stream as stream
-        stream.START_BEFORE_HAND_OVER = True
     stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
     j0 = machine_jiffies()
     if a.per_sample_draws:
@@ -268,8 +260,7 @@ def main():
     if a.in_flight:
         import orbbec.data._loader as loader_module
         import orbbec.data._stream as stream
-        stream.DECODES_IN_FLIGHT = a.in_flight
-        loader_module.BATCHES_IN_DECODING = a.in_flight + 1  # (the slots follow it)
+        stream.DECODES_IN_FLIGHT = loader_module.DECODES_IN_FLIGHT = a.in_flight  # (the slots follow it)
     if a.received_depth:
         import orbbec.data._loader as loader_module
         import orbbec.data._stream as stream
