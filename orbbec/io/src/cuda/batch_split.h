@@ -33,7 +33,9 @@ int hardware_lanes(const PathLists& paths, int max_lanes);
 // keep the threads busy while this one finishes), as many as balance the two paths' total times.
 // Images of fewer than `min_pixels` output pixels stay on the engine (the decoder's default:
 // kShareMinPixels).
-constexpr int64_t kShareMinPixels = 1'000'000;
+// Half a megapixel: 1080p images cut to the rows their warp reads (the loader's partial decoding)
+// still qualify, while 640 x 640 and smaller stay on the engine.
+constexpr int64_t kShareMinPixels = 500'000;
 
 // The bitstream bytes one job of a batch's header parse covers (Decoder::begin).
 constexpr int64_t kParseJobBytes = 1'000'000;
