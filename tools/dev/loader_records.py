@@ -9,6 +9,7 @@ import time
 
 from benchmark_pipeline import proc_stat
 
+
 def _proc_cpu(pid, task=None):
     _, (utime, stime, _, _) = proc_stat(f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat")
     return (utime + stime) / os.sysconf("SC_CLK_TCK")

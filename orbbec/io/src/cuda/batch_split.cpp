@@ -35,7 +35,7 @@ int hardware_lanes(const PathLists& paths, int max_lanes) {
 // its images' total time spread over the threads. The share is decided by the batch alone (its
 // images' sizes and order), the thread count and `overlapped`, with fixed model rates, never by
 // timing: the two paths' pixels differ slightly, and the same batch must always decode to the same
-// bits. Images under `min_pixels` (half a megapixel unless ORBBEC_NVJPEG_SHARE_MIN_PIXELS says otherwise)
+// bits. Images under `min_pixels` (kShareMinPixels unless ORBBEC_NVJPEG_SHARE_MIN_PIXELS says otherwise)
 // stay on the engine: with them a share was slower on the H100, and on the H200 it sped up decoding
 // alone at 500 x 375 but slowed the loader (the hybrid threads, the engine's submission, the
 // loader's workers and threads then compete for the host's cores).
