@@ -23,7 +23,8 @@
 # rounds of the loader and decoding alone: one process's rate moves by 10-20% from the next one's
 # (face's loader 48-58k img/s in three rounds of one run), so their median steadies with more. Each
 # extra round adds about a minute to a part (two workloads, two processes of about 14 s); a part
-# must stay under the call's 10 minutes.
+# must stay under the call's 10 minutes. WORKERS (default "24,cls-1080p=9,det=32,face=32") sets the
+# loader's workers per workload (benchmark_pipeline.py's --workers).
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the logs}"
 part=${1:?part 1 or 2}
@@ -33,7 +34,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 bench() {  # workloads, name
   timeout 560 python3 tools/benchmark_pipeline.py --seconds 2.5 --rounds "${ROUNDS:-3}" --rounds-of "orbbec,orbbec decode only" \
-    --workers "24,cls-1080p=9,det=32,face=32" \
+    --workers "${WORKERS:-24,cls-1080p=9,det=32,face=32}" \
     --pipelines "orbbec,orbbec decode only,DALI,torchvision,CPU DataLoader" --workloads "$1" \
     --json "$keep/$2.json" --md "$OUT/$2.md" > "$OUT/bench_$2.log" 2>&1
   echo "benchmark $2 rc $?"
