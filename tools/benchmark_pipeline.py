@@ -563,7 +563,8 @@ def workers_for(spec: str, workload: str) -> int:
 
 def median_run(runs):
     """A pipeline's row over its rounds: the run of the median rate (the lower middle one of an even
-    count), with every round's rate in "rates" and its steal share in "steals"; a run that failed is reported when none measured."""
+    count), with every round's rate in "rates" and its steal share in "steals"; a run that failed is
+    reported when none measured."""
     measured = sorted((r for r in runs if "rate" in r), key=lambda r: r["rate"])
     if not measured:
         return runs[-1]

@@ -76,8 +76,8 @@ def round_pairs(r):
 
 
 # A round whose processes lost this share of the machine or more to the hypervisor (steal) is marked:
-# on the H200 machines face's loader ran 35,746-39,807 img/s in rounds at 5.9-6.8% steal against
-# 53,174-56,608 at 0.1-0.3% in one run.
+# in one H200 run face's loader ran 35,746-39,807 img/s in rounds at 5.9-6.8% steal against
+# 53,174-56,608 in rounds at 0.1-0.3%.
 STEAL_SHOWN = 0.02
 
 
