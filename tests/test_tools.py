@@ -101,11 +101,13 @@ def test_benchmark_rounds_report_the_median_run_and_the_range(tmp_path):
     assert "a round's two processes ran one after the other; the machine's share taken by the hypervisor, steal, " \
            "where 2% or more): face 300/400, 100/250, 200/1,500, -/-." in (tmp_path / "t.md").read_text().replace("\n", " ")
     # Each round's steal travels with its rate; a round at 2% or more is marked, one below is not.
-    steal_runs = [{"rate": r, "cores": 1.0, "gpu_mb": 1.0, "steal": s} for r, s in ((300, 0.001), (100, 0.059), (200, 0.0))]
+    steal_runs = [{"rate": r, "cores": 1.0, "gpu_mb": 1.0, "steal": s}
+                  for r, s in ((300, 0.001), (100, 0.059), (200, 0.0))]
     results["workloads"]["face"]["orbbec"] = median_run(steal_runs + [{"error": "timed out"}])
     assert results["workloads"]["face"]["orbbec"]["steals"] == [0.001, 0.059, 0.0, None]
     write_markdown(results, str(tmp_path / "t.md"))
-    assert "face 300/400, 100/250 (steal 5.9%/-), 200/1,500, -/-." in (tmp_path / "t.md").read_text().replace("\n", " ")
+    text = (tmp_path / "t.md").read_text().replace("\n", " ")
+    assert "face 300/400, 100/250 (steal 5.9%/-), 200/1,500, -/-." in text
 
 
 def test_benchmark_workers_per_workload():
