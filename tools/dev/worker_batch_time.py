@@ -2,10 +2,14 @@
 move the targets, collate), per workload of tools/benchmark_pipeline.py, without a GPU.
 
     python tools/dev/worker_batch_time.py --workload det [--partial-decode] [--pack] [--profile]
+    python tools/dev/worker_batch_time.py --workload det --workers 32 --batches 800
 
 --pack: also what a worker does after prepare on the GPU path: the bytes packed into a reusable
 shared-memory slot (HostBatch.pack) and the batch pickled for the trip to the main process (and
-unpickled there, timed apart)."""
+unpickled there, timed apart).
+--workers N: the GPU loader's workers' own loop instead (orbbec.data's _Batches in a DataLoader of N
+workers, slots released as soon as each batch arrives, no decoding): the workers' CPU time per batch
+from /proc, after each worker's prefetched batches, beside the single-process figure."""
 import argparse
 import cProfile
 import os
@@ -19,6 +23,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from benchmark_pipeline import build_data, orbbec_transform  # noqa: E402
 
+from orbbec.data._loader import _Batches, _Config, _identity  # noqa: E402
 from orbbec.data._samples import prepare  # noqa: E402
 from orbbec.data._shared import SlotTable  # noqa: E402
 
@@ -30,7 +35,10 @@ def main():
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--partial-decode", action="store_true", help="cut each JPEG's rows as the GPU loader does")
     ap.add_argument("--pack", action="store_true", help="pack into a slot and pickle, as a GPU loader's worker does")
+    ap.add_argument("--workers", type=int, default=0, help="time N DataLoader workers' loop instead (see above)")
     a = ap.parse_args()
+    if a.workers:
+        return worker_loop(a.workload, a.workers, a.batches)
     # One thread, as in a DataLoader worker (torch sets it there): with a pool, det's box ops waited
     # for the pool's threads and the batch measured 10.6 ms against 3.3.
     torch.set_num_threads(1)
@@ -63,6 +71,40 @@ def main():
         prof = cProfile.Profile()
         prof.runcall(lambda: [one(k) for k in range(a.batches)])
         pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def worker_loop(workload: str, workers: int, batches: int) -> None:
+    """The workers' CPU per batch in a DataLoader of `workers` as the GPU loader runs them (partial
+    decoding on, bytes packed into slots), timed after the batches they prefetch at the start."""
+    items, batch = build_data(workload)
+    prefetch = 4
+    slots = SlotTable(workers, prefetch + 2)
+    # A CUDA device only by name: the workers take the GPU path's branches, and nothing here starts CUDA.
+    cfg = _Config(items, orbbec_transform(workload), torch.device("cuda"), "RGB", "raise", "padded", 0.0, None, 0,
+                  slots, True)
+    skip = prefetch * workers + 20
+    keys = [(1, 0, [(i + batch * k) % len(items) for i in range(batch)], 1, k) for k in range(skip + batches)]
+    reader = torch.utils.data.DataLoader(_Batches(cfg), batch_size=None, sampler=keys, num_workers=workers,
+                                         collate_fn=_identity, prefetch_factor=prefetch, persistent_workers=True)
+    for k, b in enumerate(iter(reader)):
+        if k == skip:
+            pids = [w.pid for w in reader._iterator._workers]
+            c0, m0 = sum(map(cpu_seconds, pids)), time.process_time()
+        b.unpack(slots)
+        if b.slot is not None:
+            slots.flags.numpy()[b.slot] = 0  # released at once: no GPU work reads it
+    n = len(keys) - skip - 1
+    c1, m1 = sum(map(cpu_seconds, pids)), time.process_time()
+    print(f"{workload}, {workers} workers: their CPU {(c1 - c0) / n * 1e3:.2f} ms per batch of {batch} "
+          f"(the main process {(m1 - m0) / n * 1e3:.2f} ms)", flush=True)
+    os._exit(0)  # persistent workers need not be joined
 
 
 if __name__ == "__main__":
