@@ -9,7 +9,7 @@ shared-memory slot (HostBatch.pack) and the batch pickled for the trip to the ma
 unpickled there, timed apart).
 --workers N: the GPU loader's workers' own loop instead (orbbec.data's _Batches in a DataLoader of N
 workers, slots released as soon as each batch arrives, no decoding): the workers' CPU time per batch
-from /proc, after each worker's prefetched batches, beside the single-process figure."""
+from /proc, after each worker's prefetched batches, to set beside the single-process figures above."""
 import argparse
 import cProfile
 import os
