@@ -10,7 +10,8 @@ import time
 from benchmark_pipeline import proc_stat
 
 
-def _proc_cpu(pid, task=None):
+def proc_cpu_seconds(pid, task=None):
+    """User + system CPU seconds of process `pid` (or of its thread `task`)."""
     _, (utime, stime, _, _) = proc_stat(f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat")
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
@@ -22,10 +23,10 @@ class CpuClock:
         self.worker_pids = list(worker_pids)
 
     def read(self):
-        out = {"process": time.process_time(), "workers": sum(_proc_cpu(p) for p in self.worker_pids)}
+        out = {"process": time.process_time(), "workers": sum(proc_cpu_seconds(p) for p in self.worker_pids)}
         for t in threading.enumerate():
             try:  # (pthread_getcpuclockid of another thread read nonsense on the GPU machine)
-                out["py:" + t.name] = _proc_cpu(os.getpid(), t.native_id)
+                out["py:" + t.name] = proc_cpu_seconds(os.getpid(), t.native_id)
             except (OSError, TypeError):
                 pass
         return out

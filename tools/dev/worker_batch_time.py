@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from benchmark_pipeline import build_data, orbbec_transform  # noqa: E402
+from loader_records import proc_cpu_seconds  # noqa: E402
 
 from orbbec.data._loader import _Batches, _Config, _identity  # noqa: E402
 from orbbec.data._samples import prepare  # noqa: E402
@@ -73,13 +74,6 @@ def main():
         pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def worker_loop(workload: str, workers: int, batches: int) -> None:
     """The workers' CPU per batch in a DataLoader of `workers` as the GPU loader runs them (partial
     decoding on, bytes packed into slots), timed after the batches they prefetch at the start."""
@@ -96,12 +90,12 @@ def worker_loop(workload: str, workers: int, batches: int) -> None:
     for k, b in enumerate(iter(reader)):
         if k == skip:
             pids = [w.pid for w in reader._iterator._workers]
-            c0, m0 = sum(map(cpu_seconds, pids)), time.process_time()
+            c0, m0 = sum(map(proc_cpu_seconds, pids)), time.process_time()
         b.unpack(slots)
         if b.slot is not None:
             slots.flags.numpy()[b.slot] = 0  # released at once: no GPU work reads it
     n = len(keys) - skip - 1
-    c1, m1 = sum(map(cpu_seconds, pids)), time.process_time()
+    c1, m1 = sum(map(proc_cpu_seconds, pids)), time.process_time()
     print(f"{workload}, {workers} workers: their CPU {(c1 - c0) / n * 1e3:.2f} ms per batch of {batch} "
           f"(the main process {(m1 - m0) / n * 1e3:.2f} ms)", flush=True)
     os._exit(0)  # persistent workers need not be joined
