@@ -25,9 +25,14 @@ own gil_s); both modes, so that the loader's thread is set beside the decoding-a
 thread that wants the GIL may wait for a busy holder).
 --busy N --duty D: N processes beside it, each spinning in Python a fraction D of every 20 ms (random
 phases): with --mode decode, whether decoding alone slows down under the CPU load of the loader's
-workers (24 workers at about 7.5 ms of CPU per batch of 128, every 24th batch: --busy 24 --duty 0.1)."""
+workers (24 workers at about 7.5 ms of CPU per batch of 128, every 24th batch: --busy 24 --duty 0.1).
+--worker-load R: beside it, in another process, --workers real GPU-loader workers making R batches a
+second with nothing decoding them (tools/dev/worker_batch_time.py --rate): with --mode decode, whether
+the workers' load on the host alone (not the loader's Python in this process) slows decoding alone."""
 import argparse
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -155,6 +160,17 @@ def host_ms_per_call(before):
     return {k: round((hb[k] - ha[k]) / calls * 1e3, 2) for k in hb if k != "calls"}
 
 
+def start_worker_load(workload, workers, rate):
+    """worker_batch_time.py's workers at `rate` batches/s in a child process, once they run at it."""
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_batch_time.py")
+    proc = subprocess.Popen([sys.executable, "-W", "ignore", tool, "--workload", workload, "--workers", str(workers),
+                             "--rate", str(rate), "--batches", str(10**7)], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("started"):
+        raise RuntimeError(f"worker load did not start: {line!r}")
+    return proc
+
+
 def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0, windows=1, native_off_irq=False):
     from orbbec.data import GPULoader
 
@@ -238,7 +254,9 @@ def main():
                     help="--busy: those processes on this many cores, this process on the others")
     ap.add_argument("--gaps", action="store_true", help="the decoding thread's waits and Python per batch")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (seconds)")
+    ap.add_argument("--worker-load", type=float, default=0.0, help="batches/s of workers beside it (see above)")
     a = ap.parse_args()
+    load = start_worker_load(a.workload, a.workers, a.worker_load) if a.worker_load else None
     if a.switch_interval:
         sys.setswitchinterval(a.switch_interval)
     if a.gaps:
@@ -283,6 +301,9 @@ def main():
                           windows=a.windows, native_off_irq=a.native_off_irq)
     if stop is not None:
         stop.set()
+    if load is not None:
+        load.send_signal(signal.SIGTERM)
+        print("    worker load beside: " + load.communicate(timeout=60)[0].strip(), flush=True)
     busy = f" busy {a.busy}x{a.duty:g}" + (f" on {a.busy_cores} cores" if a.busy_cores else "") if a.busy else ""
     life = machine_share(j0, machine_jiffies())
     print(f"{a.workload:12s} {a.mode:9s}{busy} {r:8,.0f} img/s  (process life: machine {life['machine_cores_busy']:.1f} "

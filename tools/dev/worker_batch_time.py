@@ -9,12 +9,16 @@ shared-memory slot (HostBatch.pack) and the batch pickled for the trip to the ma
 unpickled there, timed apart).
 --workers N: the GPU loader's workers' own loop instead (orbbec.data's _Batches in a DataLoader of N
 workers, slots released as soon as each batch arrives, no decoding): the workers' CPU time per batch
-from /proc, after each worker's prefetched batches, to set beside the single-process figures above."""
+from /proc, after each worker's prefetched batches, to set beside the single-process figures above.
+--rate R (with --workers): take R batches a second, about the loader's pace, instead of as fast as the
+workers go: the workers' load as the loader puts it on the host, to run beside decoding alone. It
+prints "started" once at that pace, and its figure when it ends or is sent SIGTERM."""
 import argparse
 import cProfile
 import os
 import pickle
 import pstats
+import signal
 import sys
 import time
 
@@ -37,9 +41,10 @@ def main():
     ap.add_argument("--partial-decode", action="store_true", help="cut each JPEG's rows as the GPU loader does")
     ap.add_argument("--pack", action="store_true", help="pack into a slot and pickle, as a GPU loader's worker does")
     ap.add_argument("--workers", type=int, default=0, help="time N DataLoader workers' loop instead (see above)")
+    ap.add_argument("--rate", type=float, default=0.0, help="--workers: batches taken a second (0: all they make)")
     a = ap.parse_args()
     if a.workers:
-        return worker_loop(a.workload, a.workers, a.batches)
+        return worker_loop(a.workload, a.workers, a.batches, a.rate)
     # One thread, as in a DataLoader worker (torch sets it there): with a pool, det's box ops waited
     # for the pool's threads and the batch measured 10.6 ms against 3.3.
     torch.set_num_threads(1)
@@ -74,7 +79,7 @@ def main():
         pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
 
 
-def worker_loop(workload: str, workers: int, batches: int) -> None:
+def worker_loop(workload: str, workers: int, batches: int, rate: float) -> None:
     """The workers' CPU per batch in a DataLoader of `workers` as the GPU loader runs them (partial
     decoding on, bytes packed into slots), timed after the batches they prefetch at the start."""
     items, batch = build_data(workload)
@@ -87,18 +92,38 @@ def worker_loop(workload: str, workers: int, batches: int) -> None:
     keys = [(1, 0, [(i + batch * k) % len(items) for i in range(batch)], 1, k) for k in range(skip + batches)]
     reader = torch.utils.data.DataLoader(_Batches(cfg), batch_size=None, sampler=keys, num_workers=workers,
                                          collate_fn=_identity, prefetch_factor=prefetch, persistent_workers=True)
-    for k, b in enumerate(iter(reader)):
-        if k == skip:
-            pids = [w.pid for w in reader._iterator._workers]
-            c0, m0 = sum(map(proc_cpu_seconds, pids)), time.process_time()
-        b.unpack(slots)
-        if b.slot is not None:
-            slots.flags.numpy()[b.slot] = 0  # released at once: no GPU work reads it
-    n = len(keys) - skip - 1
-    c1, m1 = sum(map(proc_cpu_seconds, pids)), time.process_time()
+    signal.signal(signal.SIGTERM, _stop)
+    n = 0
+    try:
+        for k, b in enumerate(iter(reader)):
+            if k == skip:
+                pids = [w.pid for w in reader._iterator._workers]
+                c0, m0, w0 = sum(map(proc_cpu_seconds, pids)), time.process_time(), time.perf_counter()
+                if rate:
+                    print("started", flush=True)
+            elif k > skip:
+                n = k - skip
+                ahead = w0 + n / rate - time.perf_counter() if rate else 0.0
+                if ahead > 0:
+                    time.sleep(ahead)
+            b.unpack(slots)
+            if b.slot is not None:
+                slots.flags.numpy()[b.slot] = 0  # released at once: no GPU work reads it
+    except _Stopped:
+        pass
+    c1, m1, w1 = sum(map(proc_cpu_seconds, pids)), time.process_time(), time.perf_counter()
+    n = max(n, 1)
     print(f"{workload}, {workers} workers: their CPU {(c1 - c0) / n * 1e3:.2f} ms per batch of {batch} "
-          f"(the main process {(m1 - m0) / n * 1e3:.2f} ms)", flush=True)
+          f"(the main process {(m1 - m0) / n * 1e3:.2f} ms; {n / (w1 - w0):.0f} batches/s)", flush=True)
     os._exit(0)  # persistent workers need not be joined
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stop(signum, frame):
+    raise _Stopped
 
 
 if __name__ == "__main__":
