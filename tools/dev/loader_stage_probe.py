@@ -34,6 +34,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -161,14 +162,43 @@ def host_ms_per_call(before):
 
 
 def start_worker_load(workload, workers, rate):
-    """worker_batch_time.py's workers at `rate` batches/s in a child process, once they run at it."""
+    """worker_batch_time.py's workers at `rate` batches/s in a child process of its own session, once
+    they run at that pace. Its output goes to a file: its workers outlive it for a while and would hold
+    a pipe open (subprocess then waits for them)."""
     tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_batch_time.py")
-    proc = subprocess.Popen([sys.executable, "-W", "ignore", tool, "--workload", workload, "--workers", str(workers),
-                             "--rate", str(rate), "--batches", str(10**7)], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("started"):
-        raise RuntimeError(f"worker load did not start: {line!r}")
-    return proc
+    out = tempfile.mkstemp(prefix="worker_load_", suffix=".log")[1]
+    with open(out, "w") as f:  # (the child's own file offset; this process reads the file by its name)
+        proc = subprocess.Popen([sys.executable, "-W", "ignore", tool, "--workload", workload, "--workers",
+                                 str(workers), "--rate", str(rate), "--batches", str(10**7)], stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    t = time.monotonic()
+    while not _output(out).startswith("started"):
+        if proc.poll() is not None or time.monotonic() - t > 120:
+            stop_worker_load(proc, out)
+            raise RuntimeError(f"worker load did not start: {_output(out)!r}")
+        time.sleep(0.2)
+    return proc, out
+
+
+def stop_worker_load(proc, out) -> str:
+    """Stops the child and its workers; its last line (the workers' CPU per batch)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    lines = _output(out).strip().splitlines()
+    os.unlink(out)
+    return lines[-1] if lines else "(no output)"
+
+
+def _output(path) -> str:
+    with open(path) as f:
+        return f.read()
 
 
 def run_loader(items, batch, seconds, workers, transform, cpu=False, worker_cores=0, windows=1, native_off_irq=False):
@@ -302,8 +332,7 @@ def main():
     if stop is not None:
         stop.set()
     if load is not None:
-        load.send_signal(signal.SIGTERM)
-        print("    worker load beside: " + load.communicate(timeout=60)[0].strip(), flush=True)
+        print("    worker load beside: " + stop_worker_load(*load), flush=True)
     busy = f" busy {a.busy}x{a.duty:g}" + (f" on {a.busy_cores} cores" if a.busy_cores else "") if a.busy else ""
     life = machine_share(j0, machine_jiffies())
     print(f"{a.workload:12s} {a.mode:9s}{busy} {r:8,.0f} img/s  (process life: machine {life['machine_cores_busy']:.1f} "

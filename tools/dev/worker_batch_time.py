@@ -89,7 +89,7 @@ def worker_loop(workload: str, workers: int, batches: int, rate: float) -> None:
     cfg = _Config(items, orbbec_transform(workload), torch.device("cuda"), "RGB", "raise", "padded", 0.0, None, 0,
                   slots, True)
     skip = prefetch * workers + 20
-    keys = [(1, 0, [(i + batch * k) % len(items) for i in range(batch)], 1, k) for k in range(skip + batches)]
+    keys = _Keys(skip + batches, batch, len(items))
     reader = torch.utils.data.DataLoader(_Batches(cfg), batch_size=None, sampler=keys, num_workers=workers,
                                          collate_fn=_identity, prefetch_factor=prefetch, persistent_workers=True)
     signal.signal(signal.SIGTERM, _stop)
@@ -116,6 +116,21 @@ def worker_loop(workload: str, workers: int, batches: int, rate: float) -> None:
     print(f"{workload}, {workers} workers: their CPU {(c1 - c0) / n * 1e3:.2f} ms per batch of {batch} "
           f"(the main process {(m1 - m0) / n * 1e3:.2f} ms; {n / (w1 - w0):.0f} batches/s)", flush=True)
     os._exit(0)  # persistent workers need not be joined
+
+
+class _Keys:
+    """The loader's keys (epoch, seed, indices, generation, batch number) of `count` batches, made as
+    they are taken (a run of millions at a pace, stopped by SIGTERM, fits in memory)."""
+
+    def __init__(self, count, batch, n_items):
+        self.count, self.batch, self.n_items = count, batch, n_items
+
+    def __len__(self):
+        return self.count
+
+    def __iter__(self):
+        for k in range(self.count):
+            yield (1, 0, [(i + self.batch * k) % self.n_items for i in range(self.batch)], 1, k)
 
 
 class _Stopped(Exception):
