@@ -68,7 +68,8 @@ def test_a_batchs_boxes_move_as_each_samples_alone():
     outcomes = set()
     for t, m, got in zip(targets, M, moved):
         want, kept = transform_boxes(torch.as_tensor(t["boxes"]).reshape(-1, 4), m, (160, 200), 0.3)
-        assert torch.equal(got["boxes"], want) and torch.equal(got["labels"], torch.as_tensor(t["labels"])[kept])
+        assert torch.equal(torch.as_tensor(got["boxes"]), want)
+        assert torch.equal(torch.as_tensor(got["labels"]), torch.as_tensor(t["labels"])[kept])
         outcomes.add("none given" if len(kept) == 0 else "all kept" if kept.all() else
                      "all lost" if not kept.any() else "some lost")
     assert outcomes == {"none given", "all kept", "all lost", "some lost"}
@@ -148,6 +149,23 @@ def test_masks_follow_the_image_nearest_and_drop_with_their_boxes(device):
     items[2]["mask"] = items[2]["mask"][:, :200]
     with pytest.raises(ValueError, match=r"sample 2: 'mask' is \(200, 200\), its image \(200, 240\)"):
         list(GPULoader(items, 4, transform=tf, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_image_without_boxes_batches_with_empty_instance_masks(device):
+    """An image with no objects (boxes [0, 4], labels [0], instance masks [0, H, W], as COCO has)
+    batches with the others: no boxes, its masks all padding, the other samples as without it."""
+    tf = A.Compose([A.RandomAffine(25, (0.1, 0.1), (0.8, 1.1)), A.Resize((160, 192))])
+    items = [_Segmented()[i] for i in range(4)]
+    items[1].update(boxes=np.zeros((0, 4), np.float32), labels=np.zeros(0, np.int64),
+                    masks=np.zeros((0, 200, 240), bool))
+    got = next(iter(GPULoader(items, 4, transform=tf, seed=5, device=device)))
+    full = next(iter(GPULoader([_Segmented()[i] for i in range(4)], 4, transform=tf, seed=5, device=device)))
+    assert int(got["num_boxes"][1]) == 0 and int(full["num_boxes"][1]) > 0
+    assert got["masks"].shape == full["masks"].shape and not got["masks"][1].any()
+    for k in (0, 2, 3):
+        for key in ("boxes", "labels", "masks", "mask"):
+            assert torch.equal(got[key][k], full[key][k]), (k, key)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -16,6 +16,8 @@ def _warp_one(mask: torch.Tensor, M: torch.Tensor, size) -> torch.Tensor:
     from ..warpaffine import warp_affine
 
     lead = mask.shape[:-2]
+    if mask.numel() == 0:  # an image with no objects: [0, H, W] instance masks (the warp needs a channel)
+        return torch.zeros((*lead, *size), dtype=mask.dtype)
     x = mask.reshape(1, -1, *mask.shape[-2:])
     kind = x.dtype
     if kind != torch.uint8:  # integer labels travel as float32: exact below 2**24
