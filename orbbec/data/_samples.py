@@ -98,21 +98,43 @@ def _flipped(sample: dict) -> bool:
 def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> None:
     """The boxes of the whole batch in one transform_boxes call, each box with its sample's matrix
     (one call per sample cost a detection worker more than the rest of its batch), and their
-    per-box keys (labels) kept with them."""
+    per-box keys (labels) kept with them. The per-sample steps are numpy's (a small torch op costs a
+    worker several times a numpy one's host time); each sample's boxes come out as a numpy view."""
     for k in BOX_KEYS:
         have = [b for b, t in enumerate(targets) if k in t]
         if not have:
             continue
-        boxes = [torch.as_tensor(targets[b][k], dtype=torch.float32).reshape(-1, 4) for b in have]
-        counts = [len(x) for x in boxes]
-        sample = torch.arange(len(have)).repeat_interleave(torch.tensor(counts))  # each box's place in `have`
-        moved, kept = transform_boxes(torch.cat(boxes), M[torch.tensor(have)[sample]], size, box_min_visible)
-        kept_counts = torch.bincount(sample[kept], minlength=len(have)).tolist()  # (one op, not a sum per sample)
-        for b, keep, part in zip(have, kept.split(counts), moved.split(kept_counts)):
-            targets[b][k] = part
+        boxes = [_float32_boxes(targets[b][k]) for b in have]
+        counts = np.fromiter(map(len, boxes), np.int64, len(boxes))
+        sample = np.repeat(np.arange(len(have)), counts)  # each box's place in `have`
+        moved, kept = transform_boxes(torch.from_numpy(np.concatenate(boxes)),
+                                      M[torch.from_numpy(np.asarray(have)[sample])], size, box_min_visible)
+        moved, kept = moved.numpy(), kept.numpy()
+        box_end = np.cumsum(counts).tolist()
+        kept_end = np.cumsum(np.bincount(sample[kept], minlength=len(have))).tolist()
+        box_start, kept_start = 0, 0
+        for b, box_stop, kept_stop in zip(have, box_end, kept_end):
+            targets[b][k] = moved[kept_start:kept_stop]
+            keep = kept[box_start:box_stop]
             for pk in BOX_ALIGNED_KEYS:
                 if pk in targets[b]:
-                    targets[b][pk] = torch.as_tensor(targets[b][pk])[keep]
+                    targets[b][pk] = _rows_kept(targets[b][pk], keep)
+            box_start, kept_start = box_stop, kept_stop
+
+
+def _float32_boxes(v) -> np.ndarray:
+    """A sample's boxes as float32 [N, 4] (numpy rounds to float32 as torch.as_tensor does)."""
+    if isinstance(v, torch.Tensor):
+        return v.detach().to(torch.float32).reshape(-1, 4).numpy()
+    return np.asarray(v, dtype=np.float32).reshape(-1, 4)
+
+
+def _rows_kept(v, keep: np.ndarray):
+    """A per-box value (labels, masks) at the boxes kept; numpy stays numpy (its dtype kept), the
+    rest becomes a tensor as before (a list of floats: torch's float32)."""
+    if isinstance(v, np.ndarray):
+        return v[keep]
+    return torch.as_tensor(v)[torch.from_numpy(keep)]
 
 
 def _drop_boxes_left_out(targets: List[dict], samples: List[dict]) -> None:
@@ -174,9 +196,24 @@ def _stacked_points(values) -> "torch.Tensor | None":
     return None
 
 
-def _pad(tensors: List[torch.Tensor], fill) -> tuple:
+# Per-box values padded in numpy when every sample's are numpy arrays of one of these dtypes (for
+# other dtypes numpy's and torch's casts of the fill differ).
+NUMPY_PAD_DTYPES = (np.float32, np.float64, np.int64, np.int32)
+
+
+def _pad(values: list, fill) -> tuple:
     """Ragged [N_i, ...] -> ([B, max N, ...] padded with `fill`, counts [B])."""
-    counts = torch.tensor([t.shape[0] for t in tensors], dtype=torch.int64)
+    counts = torch.tensor([len(v) for v in values], dtype=torch.int64)
+    if values and all(isinstance(v, np.ndarray) for v in values) and len({v.dtype for v in values}) == 1 \
+            and values[0].dtype in NUMPY_PAD_DTYPES:
+        ref = max(values, key=lambda a: a.ndim)
+        rest = tuple(ref.shape[1:])
+        out = np.full((len(values), int(counts.max())) + rest, fill, dtype=ref.dtype)
+        for i, a in enumerate(values):
+            if len(a):
+                out[i, :len(a)] = a.reshape((len(a),) + rest)
+        return torch.from_numpy(out), counts
+    tensors = [torch.as_tensor(v) for v in values]
     n = int(counts.max()) if len(tensors) else 0
     ref = max(tensors, key=lambda t: t.dim()) if tensors else torch.zeros(0)
     shape = (len(tensors), n) + tuple(ref.shape[1:])
@@ -195,7 +232,7 @@ def collate_dicts(targets: List[dict], ragged: str) -> dict:
         values = [t[k] for t in targets]
         if k in BOX_KEYS + BOX_ALIGNED_KEYS and ragged == "padded":
             fill = 0 if k in BOX_KEYS + INSTANCE_MASK_KEYS else -1
-            out[k], counts = _pad([torch.as_tensor(v) for v in values], fill)
+            out[k], counts = _pad(values, fill)
             if k in BOX_KEYS:
                 out["num_" + k] = counts
         elif k in BOX_KEYS + BOX_ALIGNED_KEYS:
