@@ -20,7 +20,7 @@ import numpy as np
 
 from ._faces import AlignFaces
 from ._geometry import (_IDENTITY, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
-                        _flip_matrix, affine_entries, scale_region)
+                        affine_entries, scale_region)
 from ._random import index_word, uniform_of_unit
 
 _BATCHED = (RandomResizedCrop, AlignFaces, RandomAffine, RandomHorizontalFlip, RandomVerticalFlip)
@@ -113,7 +113,11 @@ def _flip(m: np.ndarray, flipped: List[bool], horizontal: bool, extent: np.ndarr
     """The flip's matrix (the identity where not flipped) times m, for every sample. The products are
     exact (entries -1, 0, 1 and whole numbers), so numpy's matmul gives the loop's bits however its
     BLAS orders or fuses them."""
-    f = np.stack([_flip_matrix(horizontal, e) if fl else _IDENTITY for fl, e in zip(flipped, extent.tolist())])
+    f = np.tile(_IDENTITY, (len(flipped), 1, 1))
+    rows = np.flatnonzero(flipped)
+    axis = 0 if horizontal else 1  # _flip_matrix's entries, set for the flipped samples at once
+    f[rows, axis, axis] = -1.0
+    f[rows, axis, 2] = extent[rows] - 1
     return np.matmul(f, m)
 
 
@@ -127,8 +131,14 @@ def batched_chain(geometric) -> Optional[list]:
 
 
 def _align_batch(t: AlignFaces, fit, h, w) -> np.ndarray:
-    """AlignFaces for every sample ([n, 3, 3]), as AlignFaces.__call__ gives it (no random draw)."""
-    return np.stack([t.matrix(f, hk, wk) for f, hk, wk in zip(fit, h.tolist(), w.tolist())])
+    """AlignFaces for every sample ([n, 3, 3]), as AlignFaces.__call__ gives it (no random draw): the
+    fit where there is one, else the whole image resized (scale_region for those samples at once)."""
+    m = np.stack([f if f is not None else _IDENTITY for f in fit])
+    lost = np.array([f is None for f in fit])
+    if lost.any():
+        zero = np.zeros(int(lost.sum()))
+        m[lost] = scale_region(zero, zero, w[lost], h[lost], (t.size, t.size))
+    return m
 
 
 def _uniform(streams: Streams, rows, low, high):

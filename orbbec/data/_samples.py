@@ -165,9 +165,13 @@ def _move_keypoints(target: dict, M, size, flipped, flip_pairs) -> dict:
     return out
 
 
-def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bool]) -> None:
+def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bool]) -> dict:
     """Face landmarks of the whole batch in one call where they all have one shape (one call per
-    sample cost a worker more than the rest of a face batch), else sample by sample."""
+    sample cost a worker more than the rest of a face batch), else sample by sample. Returns those
+    moved for every sample of the batch at once, {key: [B, K, D]}: collate_dicts takes them as they
+    are (what stacking the samples' rows again would give), and their samples' own values are left
+    unmoved."""
+    whole = {}
     for k in LANDMARK_KEYS:
         have = [b for b, t in enumerate(targets) if k in t]
         if not have:
@@ -177,11 +181,15 @@ def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bo
         if stacked is not None:
             moved, _ = transform_landmarks(stacked, M[torch.tensor(have)], size,
                                            torch.tensor([flipped[b] for b in have]))
+            if len(have) == len(targets):
+                whole[k] = moved
+                continue
             for b, row in zip(have, moved.unbind(0)):
                 targets[b][k] = row
         else:
             for b, v in zip(have, values):
                 targets[b][k], _ = transform_landmarks(torch.as_tensor(v, dtype=torch.float32), M[b], size, flipped[b])
+    return whole
 
 
 def _stacked_points(values) -> "torch.Tensor | None":
@@ -224,11 +232,15 @@ def _pad(values: list, fill) -> tuple:
     return out, counts
 
 
-def collate_dicts(targets: List[dict], ragged: str) -> dict:
+def collate_dicts(targets: List[dict], ragged: str, collated: Optional[dict] = None) -> dict:
     """Boxes (and their labels) padded with per-sample counts ("num_boxes"), or lists when
-    ragged="list"; everything else stacked when it can be, else kept as a list."""
+    ragged="list"; everything else stacked when it can be, else kept as a list. `collated`: keys
+    already batched (_move_landmarks'), taken as they are."""
     out = {}
     for k in targets[0]:
+        if collated and k in collated:
+            out[k] = collated[k]
+            continue
         values = [t[k] for t in targets]
         if k in BOX_KEYS + BOX_ALIGNED_KEYS and ragged == "padded":
             fill = 0 if k in BOX_KEYS + INSTANCE_MASK_KEYS else -1
@@ -281,6 +293,7 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
             if any(r is not None for r in rows):
                 batch.cut_rows = [None if r is None else (s[4], r) for s, r in zip(sources, rows)]
     if kind == "dict":
+        collated = None
         if batch.params is not None:
             M, size = batch.params.matrices, batch.params.size
             flipped = [_flipped(p) for p in batch.params.samples]
@@ -288,8 +301,8 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
             warp_masks(targets, M, size, [s[2] for s in sources], indices, batch.errors)
             _drop_boxes_left_out(targets, batch.params.samples)
             _move_boxes(targets, M, size, box_min_visible)
-            _move_landmarks(targets, M, size, flipped)
-        batch.targets = collate_dicts(targets, ragged)
+            collated = _move_landmarks(targets, M, size, flipped)
+        batch.targets = collate_dicts(targets, ragged, collated)
     elif kind == "tuple":
         batch.targets = [_collate([t[j] for t in targets]) for j in range(len(targets[0]))]
     return batch
