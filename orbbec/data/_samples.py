@@ -210,26 +210,21 @@ NUMPY_PAD_DTYPES = (np.float32, np.float64, np.int64, np.int32)
 
 
 def _pad(values: list, fill) -> tuple:
-    """Ragged [N_i, ...] -> ([B, max N, ...] padded with `fill`, counts [B])."""
-    counts = torch.tensor([len(v) for v in values], dtype=torch.int64)
-    if values and all(isinstance(v, np.ndarray) for v in values) and len({v.dtype for v in values}) == 1 \
-            and values[0].dtype in NUMPY_PAD_DTYPES:
-        ref = max(values, key=lambda a: a.ndim)
-        rest = tuple(ref.shape[1:])
-        out = np.full((len(values), int(counts.max())) + rest, fill, dtype=ref.dtype)
-        for i, a in enumerate(values):
-            if len(a):
-                out[i, :len(a)] = a.reshape((len(a),) + rest)
-        return torch.from_numpy(out), counts
-    tensors = [torch.as_tensor(v) for v in values]
-    n = int(counts.max()) if len(tensors) else 0
-    ref = max(tensors, key=lambda t: t.dim()) if tensors else torch.zeros(0)
-    shape = (len(tensors), n) + tuple(ref.shape[1:])
-    out = torch.full(shape, fill, dtype=ref.dtype)
-    for i, t in enumerate(tensors):
-        if t.shape[0]:
-            out[i, :t.shape[0]] = t.reshape((t.shape[0],) + tuple(ref.shape[1:]))
-    return out, counts
+    """Ragged [N_i, ...] -> ([B, max N, ...] padded with `fill`, counts [B]); in numpy where every
+    value is a numpy array of one NUMPY_PAD_DTYPES dtype (a small torch op costs a worker several
+    times a numpy one), else in torch."""
+    counts = [len(v) for v in values]
+    in_numpy = bool(values) and all(isinstance(v, np.ndarray) for v in values) \
+        and len({v.dtype for v in values}) == 1 and values[0].dtype in NUMPY_PAD_DTYPES
+    rows = values if in_numpy else [torch.as_tensor(v) for v in values]
+    ref = max(rows, key=lambda a: a.ndim) if rows else torch.zeros(0)
+    rest = tuple(ref.shape[1:])
+    shape = (len(rows), max(counts, default=0)) + rest
+    out = np.full(shape, fill, dtype=ref.dtype) if in_numpy else torch.full(shape, fill, dtype=ref.dtype)
+    for i, (a, n) in enumerate(zip(rows, counts)):
+        if n:
+            out[i, :n] = a.reshape((n,) + rest)
+    return (torch.from_numpy(out) if in_numpy else out), torch.tensor(counts, dtype=torch.int64)
 
 
 def collate_dicts(targets: List[dict], ragged: str, collated: Optional[dict] = None) -> dict:

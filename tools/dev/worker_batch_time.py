@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from benchmark_pipeline import build_data, orbbec_transform  # noqa: E402
 from loader_records import proc_cpu_seconds  # noqa: E402
 
+from orbbec.data._keys import _with_generation  # noqa: E402
 from orbbec.data._loader import _Batches, _Config, _identity  # noqa: E402
 from orbbec.data._samples import prepare  # noqa: E402
 from orbbec.data._shared import SlotTable  # noqa: E402
@@ -54,7 +55,7 @@ def main():
     unpickle_s = [0.0]
 
     def one(k):
-        b = prepare(items, [(i + batch * k) % len(items) for i in range(batch)], transform=tf, seed=0, epoch=1,
+        b = prepare(items, batch_indices(k, batch, len(items)), transform=tf, seed=0, epoch=1,
                     box_min_visible=0.0, flip_pairs=None, ragged="padded", partial_decode=a.partial_decode)
         if a.pack:
             b.pack(slots, 0, 1)
@@ -89,7 +90,8 @@ def worker_loop(workload: str, workers: int, batches: int, rate: float) -> None:
     cfg = _Config(items, orbbec_transform(workload), torch.device("cuda"), "RGB", "raise", "padded", 0.0, None, 0,
                   slots, True)
     skip = prefetch * workers + 20
-    keys = _Keys(skip + batches, batch, len(items))
+    # (made as they are taken: a run of millions at a pace, stopped by SIGTERM, fits in memory)
+    keys = _with_generation(((1, 0, batch_indices(k, batch, len(items))) for k in range(skip + batches)), 1)
     reader = torch.utils.data.DataLoader(_Batches(cfg), batch_size=None, sampler=keys, num_workers=workers,
                                          collate_fn=_identity, prefetch_factor=prefetch, persistent_workers=True)
     signal.signal(signal.SIGTERM, _stop)
@@ -118,19 +120,9 @@ def worker_loop(workload: str, workers: int, batches: int, rate: float) -> None:
     os._exit(0)  # persistent workers need not be joined
 
 
-class _Keys:
-    """The loader's keys (epoch, seed, indices, generation, batch number) of `count` batches, made as
-    they are taken (a run of millions at a pace, stopped by SIGTERM, fits in memory)."""
-
-    def __init__(self, count, batch, n_items):
-        self.count, self.batch, self.n_items = count, batch, n_items
-
-    def __len__(self):
-        return self.count
-
-    def __iter__(self):
-        for k in range(self.count):
-            yield (1, 0, [(i + self.batch * k) % self.n_items for i in range(self.batch)], 1, k)
+def batch_indices(k: int, batch: int, n_items: int) -> list:
+    """Batch k's dataset indices: the items in turn, round and round."""
+    return [(i + batch * k) % n_items for i in range(batch)]
 
 
 class _Stopped(Exception):
