@@ -15,7 +15,7 @@ copying memory.
 slows it far more than the rest shares its physical core (a sibling thread the guest is not told of).
 
 Prints, per load, the compute loop's ns per iteration and the copy's GB/s (best and median of
-repeats), and the first core's MHz where the host reports it.
+repeats). Findings on the GPU machine: docs/dev/decode.md, "Open".
 """
 import argparse
 import multiprocessing as mp
@@ -56,27 +56,16 @@ def _copy_gbs(a, b):
     return 2 * a.nbytes / (time.perf_counter() - t) / 1e9
 
 
-def _mhz(core):
-    try:
-        with open(f"/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_cur_freq") as f:
-            return int(f.read()) / 1000
-    except OSError:
-        return None
-
-
-def measure(seconds, core):
+def measure(seconds):
     a = np.ones(COPY_MB * 2**20 // 8)
     b = np.empty_like(a)
     np.copyto(b, a)
-    compute, copy, mhz = [], [], []
+    compute, copy = [], []
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         compute.append(_compute_ns())
         copy.append(_copy_gbs(a, b))
-        m = _mhz(core)
-        if m:
-            mhz.append(m)
-    return compute, copy, mhz
+    return compute, copy
 
 
 def main():
@@ -90,7 +79,7 @@ def main():
     if args.pairs:
         for me in [int(v) for v in args.pairs.split(",")]:
             os.sched_setaffinity(0, {me})
-            alone = statistics.median(measure(args.seconds, me)[0])
+            alone = statistics.median(measure(args.seconds)[0])
             row = []
             for k in cores:
                 if k == me:
@@ -99,7 +88,7 @@ def main():
                 p = ctx.Process(target=_spin, args=("compute", k, stop), daemon=True)
                 p.start()
                 time.sleep(0.1)
-                row.append(f"{k}:{statistics.median(measure(args.seconds, me)[0]) / alone:.2f}")
+                row.append(f"{k}:{statistics.median(measure(args.seconds)[0]) / alone:.2f}")
                 stop.set()
                 p.join(5)
             print(f"core {me} alone {alone:.1f} ns/iter; its loop's time with one other core spinning, "
@@ -116,7 +105,7 @@ def main():
             for p in procs:
                 p.start()
             time.sleep(0.3 if n else 0)
-            compute, copy, mhz = measure(args.seconds, me)
+            compute, copy = measure(args.seconds)
             stop.set()
             for p in procs:
                 p.join(5)
@@ -125,8 +114,6 @@ def main():
             line = (f"{n:2d} cores busy ({kind:7s}): compute loop {min(compute):.1f} ns/iter best, "
                     f"{statistics.median(compute):.1f} median; copy {max(copy):.1f} GB/s best, "
                     f"{statistics.median(copy):.1f} median")
-            if mhz:
-                line += f"; core {me} at {statistics.median(mhz):.0f} MHz"
             print(line, flush=True)
 
 
