@@ -5,8 +5,8 @@ not run on (docs/dev/decode.md, "Open"). Two guesses: the cores' clock (turbo fa
 are active) or what the cores share (last-level cache, memory bandwidth). This probe separates them:
 one process pinned to the first core times a loop that stays in its own core's registers and cache
 (a change there is the clock) and a copy of 256 MB into another 256 MB, more than the GPU host's
-300 MiB last-level cache (a change there is memory bandwidth), while N processes pinned to other cores spin, either in a compute loop or
-copying memory.
+300 MiB last-level cache (a change there is memory bandwidth), while N processes pinned to other
+cores spin, either in a compute loop or copying memory.
 
     python tools/dev/host_contention.py [--busy 0,4,8,14] [--seconds 1.0]
     python tools/dev/host_contention.py --pairs 0,1 [--seconds 0.5]
