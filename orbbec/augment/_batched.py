@@ -20,7 +20,7 @@ import numpy as np
 
 from ._faces import AlignFaces
 from ._geometry import (_IDENTITY, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
-                        affine_entries, scale_region)
+                        affine_entries, flip_matrices, scale_region)
 from ._random import index_word, uniform_of_unit
 
 _BATCHED = (RandomResizedCrop, AlignFaces, RandomAffine, RandomHorizontalFlip, RandomVerticalFlip)
@@ -115,9 +115,7 @@ def _flip(m: np.ndarray, flipped: List[bool], horizontal: bool, extent: np.ndarr
     BLAS orders or fuses them."""
     f = np.tile(_IDENTITY, (len(flipped), 1, 1))
     rows = np.flatnonzero(flipped)
-    axis = 0 if horizontal else 1  # _flip_matrix's entries, set for the flipped samples at once
-    f[rows, axis, axis] = -1.0
-    f[rows, axis, 2] = extent[rows] - 1
+    f[rows] = flip_matrices(horizontal, extent[rows])
     return np.matmul(f, m)
 
 
@@ -128,17 +126,6 @@ def batched_chain(geometric) -> Optional[list]:
     if any(type(t) in _FIRST_ONLY for t in geometric[1:]):
         return None  # a crop or an alignment after a flip: inexact products, whose rounding numpy's BLAS decides
     return list(geometric)
-
-
-def _align_batch(t: AlignFaces, fit, h, w) -> np.ndarray:
-    """AlignFaces for every sample ([n, 3, 3]), as AlignFaces.__call__ gives it (no random draw): the
-    fit where there is one, else the whole image resized (scale_region for those samples at once)."""
-    m = np.stack([f if f is not None else _IDENTITY for f in fit])
-    lost = np.array([f is None for f in fit])
-    if lost.any():
-        zero = np.zeros(int(lost.sum()))
-        m[lost] = scale_region(zero, zero, w[lost], h[lost], (t.size, t.size))
-    return m
 
 
 def _uniform(streams: Streams, rows, low, high):
@@ -191,7 +178,7 @@ def draw_batch(chain: list, sizes, indices, run_key: int, fits=None):
                 info.update((name + k, v) for k, v in p.items())
         elif isinstance(t, AlignFaces):
             fit = (fits or {}).get(id(t)) or [None] * n
-            m = _align_batch(t, fit, h, w)
+            m = t.matrices(fit, h, w)
             h, w = np.full(n, t.size, np.int64), np.full(n, t.size, np.int64)
             for info, f in zip(infos, fit):
                 info[name + "valid"] = f is not None

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ..warpaffine import arcface_template, estimate_similarity
-from ._geometry import scale_region
+from ._geometry import _IDENTITY, scale_region
 from ._targets import stacked_arrays
 
 
@@ -60,6 +60,15 @@ class AlignFaces:
         return self.matrix(fit, size[0], size[1]), (self.size, self.size), {"valid": fit is not None}
 
     def matrix(self, fit, h: int, w: int):
-        """A sample's matrix: its fit_batch matrix, or where that is None the whole h x w image resized
-        to size x size (for one sample here, and for a batch in orbbec/augment/_batched.py)."""
-        return fit if fit is not None else scale_region(0, 0, w, h, (self.size, self.size))
+        """A sample's matrix (see matrices)."""
+        return self.matrices([fit], np.array([h]), np.array([w]))[0]
+
+    def matrices(self, fits, h: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """Every sample's matrix [n, 3, 3]: its fit_batch matrix, or where that is None the whole
+        h[k] x w[k] image resized to size x size."""
+        m = np.stack([f if f is not None else _IDENTITY for f in fits])
+        lost = np.array([f is None for f in fits])
+        if lost.any():
+            zero = np.zeros(int(lost.sum()))
+            m[lost] = scale_region(zero, zero, w[lost], h[lost], (self.size, self.size))
+        return m

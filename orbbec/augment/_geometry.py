@@ -125,11 +125,18 @@ def _read_only(m: np.ndarray) -> np.ndarray:
 _IDENTITY = _read_only(np.eye(3))
 
 
+def flip_matrices(horizontal: bool, extents) -> np.ndarray:
+    """[n, 3, 3] flips of images whose width (horizontal) or height is extents[k]."""
+    m = np.tile(_IDENTITY, (len(extents), 1, 1))
+    axis = 0 if horizontal else 1
+    m[:, axis, axis] = -1.0
+    m[:, axis, 2] = np.asarray(extents) - 1
+    return m
+
+
 @functools.lru_cache(maxsize=4096)
 def _flip_matrix(horizontal: bool, extent: int) -> np.ndarray:
-    m = np.array([[-1.0, 0, extent - 1], [0, 1, 0], [0, 0, 1]]) if horizontal else \
-        np.array([[1.0, 0, 0], [0, -1, extent - 1], [0, 0, 1]])
-    return _read_only(m)
+    return _read_only(flip_matrices(horizontal, [extent])[0])
 
 
 class _RandomFlip:
