@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import HAS_CUDA
-from jpeg_files import encode, photo
+from jpeg_files import cut_short, encode, photo
 from loader_data import JpegDataset, make_transform
 
 import orbbec.augment as A
@@ -34,6 +34,31 @@ def test_packed_bytes_round_trip():
     assert [b.tobytes() for b in batch.buffers()] == cut and ds.jpegs == whole
     assert 0 < sum(c != w for c, w in zip(cut, whole)) and all(len(c) == len(w) for c, w in zip(cut, whole))
 
+
+
+def test_pack_buffers_takes_every_buffer_form_and_refuses_what_does_not_fit():
+    """The workers' native copy into a slot: bytes, bytearrays, memoryviews and numpy arrays end to
+    end with None taking no room, heights written where cut; a cut outside its buffer, or more bytes
+    than the slot holds, raise ValueError naming them and write nothing past the slot."""
+    from orbbec._library import _C
+    from orbbec.io._buffers import jpeg_frame
+
+    jpeg = encode(photo(3, (96, 64)), quality=90)
+    frame = jpeg_frame(jpeg)
+    data = [jpeg, None, bytearray(b"abc"), memoryview(b"defg"), np.frombuffer(jpeg, np.uint8)]
+    out = torch.full((2 * len(jpeg) + 7 + 5,), 0xAB, dtype=torch.uint8)
+    offsets = _C.pack_buffers(data, out, [None, None, None, None, (frame.offset, 32)])
+    n = len(jpeg)
+    assert offsets == [0, n, n, n + 3, n + 7, 2 * n + 7]
+    flat = out.numpy()
+    assert flat[:n].tobytes() == jpeg and flat[n:n + 7].tobytes() == b"abcdefg"
+    assert flat[n + 7:2 * n + 7].tobytes() == cut_short(jpeg, 32).tobytes() and (flat[2 * n + 7:] == 0xAB).all()
+    with pytest.raises(ValueError, match=r"cuts\[1\]"):
+        _C.pack_buffers([b"x" * 20, b"y" * 10], out, [None, (4, 16)])
+    with pytest.raises(ValueError, match="do not fit"):
+        _C.pack_buffers([jpeg, jpeg, jpeg], out)
+    with pytest.raises(TypeError, match=r"data\[1\]"):
+        _C.pack_buffers([jpeg, 3], out)
 
 PARTIAL_TRANSFORMS = {
     "crop": [A.RandomResizedCrop(64), A.RandomHorizontalFlip()],

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..warpaffine import arcface_template, estimate_similarity
+from ..warpaffine import arcface_template
+from ..warpaffine._matrices import similarity_in_closed_form
 from ._geometry import _IDENTITY, scale_region
 from ._targets import stacked_arrays
 
@@ -47,7 +48,8 @@ class AlignFaces:
         ok = [k for k, u in zip(have, usable) if u]
         if ok:
             m = np.zeros((len(ok), 3, 3))
-            m[:, :2] = estimate_similarity(torch.from_numpy(stack[usable]), torch.from_numpy(self.template)).numpy()
+            src = stack[usable]
+            m[:, :2] = similarity_in_closed_form(np, src, np.broadcast_to(self.template, src.shape))
             m[:, 2, 2] = 1.0
             for j, k in enumerate(ok):
                 fits[k] = m[j]

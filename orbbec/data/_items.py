@@ -50,6 +50,10 @@ def image_source(image, mode: str):
     """(encoded bytes, decoded tensor, (h, w), error, JPEG frame header) of a dataset item's image.
     Files in other formats (PNG, BMP, WebP, ...; ImageNet has a PNG and BMPs under .JPEG names) are
     decoded here, in the worker, by OpenCV: the GPU decoder reads JPEGs only."""
+    if type(image) is bytes:  # the common case first: a worker runs this for every sample
+        problem, frame = inspect_jpeg(image)
+        if frame is not None:
+            return _bad(problem) if problem else (image, None, (frame.height, frame.width), "", frame)
     if isinstance(image, (str, os.PathLike)):
         try:
             image = read_file(image)

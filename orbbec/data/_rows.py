@@ -13,7 +13,6 @@ after them beyond that.
 """
 from __future__ import annotations
 
-import math
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -41,12 +40,12 @@ def rows_to_decode(matrices: np.ndarray, out_size, frames: Sequence[Optional[Jpe
         ys = (-c[:, None] * (corners[None, :, 0] - tx[:, None]) + a[:, None] * (corners[None, :, 1] - ty[:, None])) \
             / det[:, None]
     lowest = ys.max(axis=1)
-    out: List[Optional[int]] = []
-    for k, frame in enumerate(frames):
-        if frame is None or not frame.rows_cuttable or not math.isfinite(lowest[k]):
-            out.append(None)
-            continue
-        need = max(0, math.floor(lowest[k])) + ROWS_PAST_THE_WARP + 1
-        rows = -(-need // frame.mcu_height) * frame.mcu_height
-        out.append(rows if rows < frame.height else None)
-    return out
+    # Per sample only what its frame says; the arithmetic for the batch at once.
+    cuttable = np.array([f is not None and f.rows_cuttable for f in frames], bool) & np.isfinite(lowest)
+    mcu = np.array([8 if f is None else f.mcu_height for f in frames], np.int64)
+    height = np.array([0 if f is None else f.height for f in frames], np.int64)
+    # (held to the frame's height first: a row past it keeps the whole image, and stays an int64)
+    lowest = np.clip(np.where(cuttable, lowest, 0.0), 0.0, height)
+    need = np.floor(lowest).astype(np.int64) + ROWS_PAST_THE_WARP + 1
+    rows = -(-need // mcu) * mcu
+    return [r if c and r < h else None for r, c, h in zip(rows.tolist(), cuttable.tolist(), height.tolist())]

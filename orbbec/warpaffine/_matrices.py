@@ -1,10 +1,10 @@
 """Batched affine-matrix helpers on any device, in float64, differentiable with torch ops.
 
 All matrices are [..., 2, 3] mapping a point (x, y) to (M[0] . (x, y, 1), M[1] . (x, y, 1)).
-invert_affine never synchronises with the host. get_affine_transform, estimate_affine and
-estimate_similarity use torch.linalg.solve / svd, which on CUDA wait for the device to check their
-factorisation (solve raises for a singular system); call them where a synchronisation is acceptable,
-or compute the matrices on the CPU.
+invert_affine and estimate_similarity never synchronise with the host. get_affine_transform and
+estimate_affine use torch.linalg.solve, which on CUDA waits for the device to check its factorisation
+(solve raises for a singular system); call them where a synchronisation is acceptable, or compute the
+matrices on the CPU.
 """
 from __future__ import annotations
 
@@ -75,10 +75,6 @@ def estimate_affine(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(St @ S, St @ dst).transpose(-1, -2)
 
 
-def _det2(m: torch.Tensor) -> torch.Tensor:
-    return m[..., 0, 0] * m[..., 1, 1] - m[..., 0, 1] * m[..., 1, 0]
-
-
 def estimate_similarity(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     """Similarity transform (rotation, uniform scale, translation) mapping src onto dst in the
     least-squares sense (Umeyama 1991, with scale), as skimage.transform.SimilarityTransform.estimate,
@@ -86,21 +82,27 @@ def estimate_similarity(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     src, dst = _points(src, "src", 2), _points(dst, "dst", 2).to(src.device)
     if src.shape[-2] != dst.shape[-2]:
         raise ArgumentError(f"orbbec: 'src' and 'dst' must hold as many points, got {src.shape[-2]} and {dst.shape[-2]}")
+    src, dst = torch.broadcast_tensors(src, dst)
+    return similarity_in_closed_form(torch, src, dst)
+
+
+def similarity_in_closed_form(xp, src, dst):
+    """estimate_similarity's arithmetic for float64 arrays of one shape [..., N, 2], numpy's (xp =
+    numpy: the loader's workers fit a face batch in a tenth of torch's host time) or torch's.
+
+    In 2-D, Umeyama's rotation times scale is [[a, -b], [b, a]], the least-squares fit of the
+    centred points: a = sum(s . d) / sum(|s|^2), b = sum(s x d) / sum(|s|^2). The same optimum as
+    its SVD with the reflection correction (a proper rotation, scale >= 0), without a factorisation
+    (an SVD per batch and its small ops were most of a face worker's draw)."""
     n = src.shape[-2]
-    mu_s, mu_d = src.mean(-2, keepdim=True), dst.mean(-2, keepdim=True)
-    sc, dc = src - mu_s, dst - mu_d
-    A = dc.transpose(-1, -2) @ sc / n  # [..., 2, 2] cross-covariance
-    U, S, Vh = torch.linalg.svd(A)
-    # d = diag(1, sign) keeps the rotation proper (det = +1), as Umeyama's correction does. The 2 x 2
-    # determinants in closed form: torch.linalg.det (an LU per matrix) took 2.6 ms for 256 faces,
-    # a quarter of a face batch's host time in a loader worker; U and Vh are orthogonal (det +-1).
-    sign = torch.where(_det2(U) * _det2(Vh) < 0, -1.0, 1.0).to(A.dtype)
-    d = torch.stack([torch.ones_like(sign), sign], -1)
-    R = U @ torch.diag_embed(d) @ Vh
-    var_s = sc.pow(2).sum(-1).mean(-1)
-    scale = (S * d).sum(-1) / var_s
-    t = mu_d.squeeze(-2) - scale.unsqueeze(-1) * (R @ mu_s.transpose(-1, -2)).squeeze(-1)
-    return torch.cat([scale[..., None, None] * R, t.unsqueeze(-1)], -1)
+    mu_s, mu_d = src.sum(-2) / n, dst.sum(-2) / n
+    sc, dc = src - mu_s[..., None, :], dst - mu_d[..., None, :]
+    var = (sc * sc).sum(-1).sum(-1)
+    a = (sc * dc).sum(-1).sum(-1) / var
+    b = (sc[..., 0] * dc[..., 1] - sc[..., 1] * dc[..., 0]).sum(-1) / var
+    tx = mu_d[..., 0] - (a * mu_s[..., 0] - b * mu_s[..., 1])
+    ty = mu_d[..., 1] - (b * mu_s[..., 0] + a * mu_s[..., 1])
+    return xp.stack([xp.stack([a, -b, tx], -1), xp.stack([b, a, ty], -1)], -2)
 
 
 def arcface_template(size: int = 112, *, dtype=torch.float64, device=None) -> torch.Tensor:

@@ -4,6 +4,7 @@
 #include <torch/extension.h>
 
 #include <chrono>
+#include <cstring>
 #include <future>
 
 #include "io/src/jpeg_buffer.h"
@@ -71,6 +72,60 @@ py::tuple inspect(const py::handle& obj) {
   Bytes b = bytes_of(obj, 0);
   const JpegHeader h = read_jpeg_header(b.data, b.size);
   return py::make_tuple(jpeg_buffer_problem(b.data, b.size, h), frame_tuple(h));
+}
+
+// The loader's workers' copy of a batch's encoded images into one shared buffer: each buffer of
+// `data` (None: none) after the one before, and where `cuts` gives (frame header offset, rows) for
+// it, those rows written into the copy's frame header (as orbbec.io._buffers.with_height does) so
+// that a decoder stops there. Returns the n + 1 offsets. One native call with the GIL released:
+// per image, the Python loop and its numpy views cost a face worker about as much as the copy.
+py::list pack_buffers(const py::list& data, const torch::Tensor& out, const py::object& cuts) {
+  TORCH_CHECK(out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == torch::kUInt8,
+              "pack_buffers: 'out' must be a contiguous CPU uint8 tensor");
+  const size_t n = data.size();
+  std::vector<Bytes> views(n);
+  std::vector<std::pair<int64_t, int64_t>> cut(n, {-1, 0});
+  const bool have_cuts = !cuts.is_none();
+  py::list cut_list = have_cuts ? py::list(cuts) : py::list();
+  if (have_cuts && cut_list.size() != n) throw py::value_error("pack_buffers: 'cuts' must hold one entry per buffer");
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!data[i].is_none()) views[i] = bytes_of(data[i], i);
+    total += views[i].size;
+    if (have_cuts && !cut_list[i].is_none()) {
+      auto c = cut_list[i].cast<std::pair<int64_t, int64_t>>();
+      if (views[i].data == nullptr || c.first < 0 || static_cast<size_t>(c.first) + 7 > views[i].size ||
+          c.second <= 0 || c.second > 0xFFFF) {
+        throw py::value_error("pack_buffers: cuts[" + std::to_string(i) + "] = (" + std::to_string(c.first) + ", " +
+                              std::to_string(c.second) + ") does not fit its buffer of " +
+                              std::to_string(views[i].size) + " bytes");
+      }
+      cut[i] = c;
+    }
+  }
+  if (total > static_cast<size_t>(out.numel())) {
+    throw py::value_error("pack_buffers: " + std::to_string(total) + " bytes do not fit 'out' (" +
+                          std::to_string(out.numel()) + ")");
+  }
+  std::vector<size_t> offsets(n + 1, 0);
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  {
+    py::gil_scoped_release no_gil;
+    size_t pos = 0;
+    for (size_t i = 0; i < n; ++i) {
+      offsets[i] = pos;
+      if (views[i].size) std::memcpy(dst + pos, views[i].data, views[i].size);
+      if (cut[i].first >= 0) {  // the frame header's height: 2 bytes, big-endian, 5 bytes after its FF
+        dst[pos + cut[i].first + 5] = static_cast<uint8_t>(cut[i].second >> 8);
+        dst[pos + cut[i].first + 6] = static_cast<uint8_t>(cut[i].second & 0xFF);
+      }
+      pos += views[i].size;
+    }
+    offsets[n] = pos;
+  }
+  py::list result(n + 1);
+  for (size_t i = 0; i <= n; ++i) result[i] = py::int_(offsets[i]);
+  return result;
 }
 
 #ifdef WITH_NVJPEG
@@ -433,6 +488,8 @@ void bind(py::module& m) {
   m.def("jpeg_frame_header", &frame_header,
         "(height, width, offset, mcu_height, rows_cuttable) of a JPEG's frame header, or None");
   m.def("jpeg_inspect", &inspect, "(jpeg_buffer_problem, jpeg_frame_header) of a buffer");
+  m.def("pack_buffers", &pack_buffers, py::arg("data"), py::arg("out"), py::arg("cuts") = py::none(),
+        "Buffers copied one after another into out, frame heights cut where told; their n + 1 offsets");
 #ifdef WITH_NVJPEG
   m.attr("with_nvjpeg") = true;
   m.def("decode_jpeg_cuda", &decode_cuda, py::arg("data"), py::arg("mode"), py::arg("device"), py::arg("rois"),
