@@ -336,7 +336,7 @@ def align_faces(
     pts = landmarks5.to(torch.float64)
     spread = (pts - pts.mean(-2, keepdim=True)).pow(2).sum(-1).mean(-1)
     bad = ~(torch.isfinite(pts).all(-1).all(-1) & (spread > 1e-12))
-    # A bad face is estimated on the template (a harmless identity) so that the batched SVD sees
+    # A bad face is estimated on the template (a harmless identity) so that the batched estimate sees
     # finite values, and its matrix is then made NaN: the warp gives a non-finite source position
     # the constant border value, whatever the border mode.
     M = estimate_similarity(torch.where(bad[:, None, None], template, pts), template)
