@@ -88,12 +88,13 @@ def estimate_similarity(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 def similarity_in_closed_form(xp, src, dst):
     """estimate_similarity's arithmetic for float64 arrays of one shape [..., N, 2], numpy's (xp =
-    numpy: the loader's workers fit a face batch in a tenth of torch's host time) or torch's.
+    numpy, in the loader's workers) or torch's.
 
     In 2-D, Umeyama's rotation times scale is [[a, -b], [b, a]], the least-squares fit of the
     centred points: a = sum(s . d) / sum(|s|^2), b = sum(s x d) / sum(|s|^2). The same optimum as
-    its SVD with the reflection correction (a proper rotation, scale >= 0), without a factorisation
-    (an SVD per batch and its small ops were most of a face worker's draw)."""
+    its SVD with the reflection correction (a proper rotation, scale >= 0), without a factorisation:
+    AlignFaces.fit_batch with torch's SVD took 0.79 ms per 256 faces, half a face worker's draw, and
+    0.37 with this in numpy (dev machine)."""
     n = src.shape[-2]
     mu_s, mu_d = src.sum(-2) / n, dst.sum(-2) / n
     sc, dc = src - mu_s[..., None, :], dst - mu_d[..., None, :]
