@@ -148,17 +148,14 @@ def _drop_boxes_left_out(targets: List[dict], samples: List[dict]) -> None:
                     target[k] = torch.as_tensor(target[k])[mask]
 
 
-def _has_points(target: dict) -> bool:
-    return any(k in target for k in POINT_KEYS)
-
-
-def _move_keypoints(target: dict, M, size, flipped, flip_pairs) -> dict:
-    """A copy of the sample's target (the dataset's own dict stays as it is) with its keypoints moved."""
+def _move_keypoints(target: dict, M, b: int, size, flipped, flip_pairs) -> dict:
+    """A copy of sample b's target (the dataset's own dict stays as it is) with its keypoints moved by
+    M[b] (taken only where there are keypoints: indexing M for every sample cost a face batch 0.3 ms)."""
     out = dict(target)
     for k in POINT_KEYS:
         if k in target:
             pts = torch.as_tensor(target[k], dtype=torch.float32)
-            xy, inside = transform_keypoints(pts[..., :2], M, size, flipped, flip_pairs)
+            xy, inside = transform_keypoints(pts[..., :2], M[b], size, flipped, flip_pairs)
             vis = inside if pts.shape[-1] < 3 else inside & (pts[..., 2] > 0)
             out[k] = torch.cat([xy, vis.unsqueeze(-1).to(xy.dtype)], dim=-1)
     return out
@@ -291,9 +288,7 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
         if batch.params is not None:
             M, size = batch.params.matrices, batch.params.size
             flipped = [_flipped(p) for p in batch.params.samples]
-            # (a sample without keypoints only gets its copy: indexing M per sample costs a face batch 0.3 ms)
-            targets = [_move_keypoints(t, M[b], size, flipped[b], flip_pairs) if _has_points(t) else dict(t)
-                       for b, t in enumerate(targets)]
+            targets = [_move_keypoints(t, M, b, size, flipped[b], flip_pairs) for b, t in enumerate(targets)]
             warp_masks(targets, M, size, [s[2] for s in sources], indices, batch.errors)
             _drop_boxes_left_out(targets, batch.params.samples)
             _move_boxes(targets, M, size, box_min_visible)
