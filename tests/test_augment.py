@@ -164,6 +164,33 @@ def test_boxes_of_a_batch_in_one_call_equal_one_call_per_sample():
     assert torch.equal(moved, torch.cat([m for m, _ in alone]))
 
 
+def test_boxes_numpy_and_torch_give_the_same_bits_and_the_extreme_corners():
+    # Loader workers move boxes in numpy; users call transform_boxes with tensors. Both must agree to
+    # the bit, and the enclosing box must be the extreme of all four corners moved one by one.
+    rng = np.random.default_rng(5)
+    n = 400
+    xy = rng.uniform(-100, 700, (n, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(-20, 300, (n, 2))], axis=1)  # some with x1 < x0
+    angle = rng.uniform(-np.pi, np.pi, n)
+    scale = rng.uniform(0.3, 3.0, n)
+    M = np.stack([np.stack([scale * np.cos(angle), -scale * np.sin(angle), rng.uniform(-200, 200, n)], 1),
+                  np.stack([scale * np.sin(angle), scale * np.cos(angle), rng.uniform(-200, 200, n)], 1)], 1)
+    M[:, :, :2] += rng.uniform(-0.3, 0.3, (n, 2, 2))  # shear too
+    for dtype in (np.float32, np.float64):
+        b = boxes.astype(dtype)
+        moved_np, kept_np = A.transform_boxes(b, M, (480, 640), min_visible=0.3)
+        moved_t, kept_t = A.transform_boxes(torch.from_numpy(b), torch.from_numpy(M), (480, 640), min_visible=0.3)
+        assert isinstance(moved_np, np.ndarray) and moved_np.dtype == dtype and moved_t.dtype == torch.from_numpy(b).dtype
+        assert 0 < kept_np.sum() < n
+        assert np.array_equal(kept_np, kept_t.numpy()) and np.array_equal(moved_np, moved_t.numpy())
+    b = boxes - 0.5
+    corners = [(b[:, i], b[:, j]) for i in (0, 2) for j in (1, 3)]
+    xs = np.stack([x * M[:, 0, 0] + y * M[:, 0, 1] + M[:, 0, 2] + 0.5 for x, y in corners], 1)
+    ys = np.stack([x * M[:, 1, 0] + y * M[:, 1, 1] + M[:, 1, 2] + 0.5 for x, y in corners], 1)
+    want = np.stack([xs.min(1), ys.min(1), xs.max(1), ys.max(1)], 1)
+    assert np.array_equal(A.enclosing_boxes(torch.from_numpy(boxes), torch.from_numpy(M)).numpy(), want)
+
+
 def test_boxes_are_clipped_and_dropped_and_flip_pairs_swap():
     flip = A.Compose([A.RandomHorizontalFlip(p=1.0)])
     p = flip.draw([(100, 200)], [0])

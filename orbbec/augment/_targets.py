@@ -28,31 +28,55 @@ def _apply(points: torch.Tensor, M: torch.Tensor, shift: float = 0.5) -> torch.T
     return (p @ M[..., :2].transpose(-1, -2) + M[..., 2].unsqueeze(-2)) + shift
 
 
+def _enclosing_xy(xp, b, M):
+    """(lo_x, lo_y, hi_x, hi_y) [N] of boxes b [N, 4] float64 through M [2, 3] or [N, 2, 3] float64,
+    in numpy (xp = numpy: a loader worker's boxes) or torch, element by element so that both give the
+    same bits. Each output coordinate is a sum of one term from x and one from y, and rounding is
+    monotonic, so the extreme corner is the sum of the extreme terms: two corners' worth of work
+    instead of four."""
+    m = M.reshape(-1, 6)
+    x, y = b[:, 0::2] - 0.5, b[:, 1::2] - 0.5  # [N, 2] each: the corners' two x and two y
+    out = []
+    for row in (0, 3):
+        ax, by = x * m[:, row:row + 1], y * m[:, row + 1:row + 2]
+        lo = xp.minimum(ax[:, 0], ax[:, 1]) + xp.minimum(by[:, 0], by[:, 1])
+        hi = xp.maximum(ax[:, 0], ax[:, 1]) + xp.maximum(by[:, 0], by[:, 1])
+        out += [lo + m[:, row + 2] + 0.5, hi + m[:, row + 2] + 0.5]
+    return out[0], out[2], out[1], out[3]
+
+
 def enclosing_boxes(boxes, M) -> torch.Tensor:
     """Boxes [N, 4] xyxy -> the boxes enclosing their four corners through M ([2, 3] or [N, 2, 3]),
     float64, unclipped."""
     M = torch.as_tensor(M, dtype=torch.float64)
     b = torch.as_tensor(boxes, dtype=torch.float64).reshape(-1, 4)
-    corners = torch.stack([b[:, [0, 1]], b[:, [2, 1]], b[:, [0, 3]], b[:, [2, 3]]], dim=1)
-    moved = _apply(corners, M)
-    return torch.cat([moved.min(dim=1).values, moved.max(dim=1).values], dim=1)
+    return torch.stack(_enclosing_xy(torch, b, M), dim=1)
 
 
-def transform_boxes(boxes: torch.Tensor, M: torch.Tensor, size: Tuple[int, int],
-                    min_visible: float = 0.0, min_size: float = 1.0):
+def transform_boxes(boxes, M, size: Tuple[int, int], min_visible: float = 0.0, min_size: float = 1.0):
     """Boxes [N, 4] xyxy -> (boxes [K, 4], kept [N] bool): the four corners through M, their
     enclosing box clipped to the output (height, width) `size`. A box is dropped when less than
     `min_visible` of its transformed area, or less than `min_size` pixels of width or height, remains.
-    M is [2, 3], or one matrix per box [N, 2, 3] (the boxes of a whole batch in one call)."""
-    lo, hi = enclosing_boxes(boxes, M).split(2, dim=1)
-    full = (hi - lo).prod(dim=1)
+    M is [2, 3], or one matrix per box [N, 2, 3] (the boxes of a whole batch in one call).
+    Numpy boxes give numpy results (the same values; a loader worker's way: a small torch op costs
+    several times a numpy one's host time), anything else torch tensors."""
+    xp = np if isinstance(boxes, np.ndarray) else torch
+    if xp is np:
+        b, M = boxes.astype(np.float64).reshape(-1, 4), np.asarray(M, dtype=np.float64)
+        dtype = boxes.dtype if np.issubdtype(boxes.dtype, np.floating) else np.float32
+    else:
+        boxes = torch.as_tensor(boxes)
+        b, M = boxes.to(torch.float64).reshape(-1, 4), torch.as_tensor(M, dtype=torch.float64)
+        dtype = boxes.dtype if boxes.is_floating_point() else torch.float32
+    lx, ly, hx, hy = _enclosing_xy(xp, b, M)
+    full = (hx - lx) * (hy - ly)
     h, w = size
-    limit = torch.tensor([w, h], dtype=torch.float64)
-    lo_c, hi_c = torch.minimum(torch.clamp(lo, min=0), limit), torch.minimum(torch.clamp(hi, min=0), limit)
-    wh = hi_c - lo_c
-    kept = (wh >= min_size).all(dim=1) & (wh.prod(dim=1) >= min_visible * full)
-    out = torch.cat([lo_c, hi_c], dim=1)[kept]
-    return out.to(torch.as_tensor(boxes).dtype if torch.as_tensor(boxes).is_floating_point() else torch.float32), kept
+    lx, hx = xp.clip(lx, 0.0, float(w)), xp.clip(hx, 0.0, float(w))
+    ly, hy = xp.clip(ly, 0.0, float(h)), xp.clip(hy, 0.0, float(h))
+    bw, bh = hx - lx, hy - ly
+    kept = (bw >= min_size) & (bh >= min_size) & (bw * bh >= min_visible * full)
+    out = xp.stack([lx, ly, hx, hy], 1)[kept]
+    return (out.astype(dtype) if xp is np else out.to(dtype)), kept
 
 
 def transform_keypoints(points: torch.Tensor, M: torch.Tensor, size: Tuple[int, int], flipped: bool = False,

@@ -91,8 +91,8 @@ def _flipped(sample: dict) -> bool:
 def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> None:
     """The boxes of the whole batch in one transform_boxes call, each box with its sample's matrix
     (one call per sample cost a detection worker more than the rest of its batch), and their
-    per-box keys (labels) kept with them. The per-sample steps are numpy's (a small torch op costs a
-    worker several times a numpy one's host time); each sample's boxes come out as a numpy view."""
+    per-box keys (labels) kept with them. All in numpy (a small torch op costs a worker several times
+    a numpy one's host time); each sample's boxes come out as a numpy view."""
     for k in BOX_KEYS:
         have = [b for b, t in enumerate(targets) if k in t]
         if not have:
@@ -100,9 +100,8 @@ def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> 
         boxes = [_float32_boxes(targets[b][k]) for b in have]
         counts = np.fromiter(map(len, boxes), np.int64, len(boxes))
         sample = np.repeat(np.arange(len(have)), counts)  # each box's place in `have`
-        moved, kept = transform_boxes(torch.from_numpy(np.concatenate(boxes)),
-                                      M[torch.from_numpy(np.asarray(have)[sample])], size, box_min_visible)
-        moved, kept = moved.numpy(), kept.numpy()
+        moved, kept = transform_boxes(np.concatenate(boxes), M.numpy()[np.asarray(have)[sample]], size,
+                                      box_min_visible)
         box_end = np.cumsum(counts).tolist()
         kept_end = np.cumsum(np.bincount(sample[kept], minlength=len(have))).tolist()
         box_start, kept_start = 0, 0
