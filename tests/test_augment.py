@@ -191,6 +191,26 @@ def test_boxes_numpy_and_torch_give_the_same_bits_and_the_extreme_corners():
     assert np.array_equal(A.enclosing_boxes(torch.from_numpy(boxes), torch.from_numpy(M)).numpy(), want)
 
 
+def test_keypoints_numpy_and_torch_give_the_same_bits_and_flip_pairs_per_sample():
+    # Loader workers move a face batch's landmarks in numpy, users call with tensors.
+    rng = np.random.default_rng(8)
+    n = 64
+    pts = rng.uniform(-20, 140, (n, 5, 2)).astype(np.float32)
+    M = rng.normal(0, 1, (n, 2, 3)) + np.array([[1.0, 0, 0], [0, 1.0, 0]])
+    M[:, :, 2] *= 40
+    flipped = rng.random(n) < 0.5
+    got_np, in_np = A.transform_landmarks(pts, M, (112, 112), flipped)
+    got_t, in_t = A.transform_landmarks(torch.from_numpy(pts), torch.from_numpy(M), (112, 112), torch.from_numpy(flipped))
+    assert isinstance(got_np, np.ndarray) and got_np.dtype == np.float32
+    assert np.array_equal(got_np, got_t.numpy()) and np.array_equal(in_np, in_t.numpy())
+    assert 0 < in_np.sum() < in_np.size
+    # An independent reference: a matrix product per sample, then the face's left/right pairs swapped.
+    want = np.einsum("bij,bkj->bki", M[:, :, :2], pts.astype(np.float64)) + M[:, None, :, 2]
+    swap = [1, 0, 2, 4, 3]  # FACE5_FLIP_PAIRS
+    want[flipped] = want[flipped][:, swap]
+    assert np.allclose(got_np, want, atol=1e-4)
+
+
 def test_boxes_are_clipped_and_dropped_and_flip_pairs_swap():
     flip = A.Compose([A.RandomHorizontalFlip(p=1.0)])
     p = flip.draw([(100, 200)], [0])

@@ -20,12 +20,15 @@ def stacked_arrays(values) -> Optional[np.ndarray]:
     return np.stack(values)
 
 
-def _apply(points: torch.Tensor, M: torch.Tensor, shift: float = 0.5) -> torch.Tensor:
-    """Points [..., 2] through M [2, 3] (or points [B, K, 2] through M [B, 2, 3]), which works on
-    pixel centres: continuous coordinates (pixel i spans [i, i+1)) shift by half a pixel around it,
-    pixel-centre ones (shift=0) do not."""
-    p = points.to(M.dtype) - shift
-    return (p @ M[..., :2].transpose(-1, -2) + M[..., 2].unsqueeze(-2)) + shift
+def _moved_xy(M, x, y, shift: float):
+    """Points (x, y) through M [..., 2, 3] (one matrix, or one per row of the points), element by
+    element in numpy or torch (the same bits in both). M works on pixel centres: continuous
+    coordinates (pixel i spans [i, i+1)) shift by half a pixel around it, pixel-centre ones (shift=0)
+    do not."""
+    m = M[..., None, :, :] if M.ndim > 2 else M  # one matrix per row: broadcast over the row's points
+    x, y = x - shift, y - shift
+    return (x * m[..., 0, 0] + y * m[..., 0, 1] + m[..., 0, 2] + shift,
+            x * m[..., 1, 0] + y * m[..., 1, 1] + m[..., 1, 2] + shift)
 
 
 def _enclosing_xy(xp, b, M):
@@ -79,28 +82,37 @@ def transform_boxes(boxes, M, size: Tuple[int, int], min_visible: float = 0.0, m
     return (out.astype(dtype) if xp is np else out.to(dtype)), kept
 
 
-def transform_keypoints(points: torch.Tensor, M: torch.Tensor, size: Tuple[int, int], flipped: bool = False,
+def transform_keypoints(points, M, size: Tuple[int, int], flipped=False,
                         flip_pairs: Optional[Sequence[Tuple[int, int]]] = None, pixel_centres: bool = False):
     """Keypoints [..., K, 2] -> (points [..., K, 2], inside [..., K] bool). `inside` flags points
     that landed in the output (height, width) `size`. When the sample was flipped horizontally and
     `flip_pairs` names left/right pairs (e.g. eyes), the pairs swap places so that "left eye" stays
     the left eye of the flipped face. pixel_centres: the points use cv2's convention (pixel centres at
     integers), as face landmarks usually do, instead of torchvision's. A batch at once: points
-    [B, K, 2], M [B, 2, 3] and `flipped` a bool tensor [B]."""
-    M = torch.as_tensor(M, dtype=torch.float64)
-    p = torch.as_tensor(points)
-    moved = _apply(p, M, 0.0 if pixel_centres else 0.5)
+    [B, K, 2], M [B, 2, 3] and `flipped` a bool array or tensor [B]. Numpy points give numpy results
+    (the same values), anything else torch tensors."""
+    xp = np if isinstance(points, np.ndarray) else torch
+    if xp is np:
+        p, M = points, np.asarray(M, dtype=np.float64)
+        dtype = p.dtype if np.issubdtype(p.dtype, np.floating) else np.float32
+        pf = p.astype(np.float64)
+    else:
+        p, M = torch.as_tensor(points), torch.as_tensor(M, dtype=torch.float64)
+        dtype = p.dtype if p.is_floating_point() else torch.float32
+        pf = p.to(torch.float64)
+    x, y = _moved_xy(M, pf[..., 0], pf[..., 1], 0.0 if pixel_centres else 0.5)
+    moved = xp.stack([x, y], -1)
     if flip_pairs:
         order = list(range(moved.shape[-2]))
         for a, b in flip_pairs:
             order[a], order[b] = b, a
-        if isinstance(flipped, torch.Tensor):
-            moved = torch.where(flipped.reshape(-1, 1, 1), moved[..., order, :], moved)
+        if isinstance(flipped, (np.ndarray, torch.Tensor)):
+            moved = xp.where(xp.asarray(flipped).reshape(-1, 1, 1), moved[..., order, :], moved)
         elif flipped:
             moved = moved[..., order, :]
     h, w = size
     inside = (moved[..., 0] >= 0) & (moved[..., 0] < w) & (moved[..., 1] >= 0) & (moved[..., 1] < h)
-    return moved.to(p.dtype if p.is_floating_point() else torch.float32), inside
+    return (moved.astype(dtype) if xp is np else moved.to(dtype)), inside
 
 
 # Left/right pairs of the 5 face landmarks (eyes, nose, mouth corners): a horizontal flip swaps them.

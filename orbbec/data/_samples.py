@@ -173,9 +173,9 @@ def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bo
             continue
         values = [targets[b][k] for b in have]
         stacked = _stacked_points(values)
-        if stacked is not None:
-            moved, _ = transform_landmarks(stacked, M[torch.tensor(have)], size,
-                                           torch.tensor([flipped[b] for b in have]))
+        if stacked is not None:  # (in numpy: a small torch op costs a worker several times a numpy one)
+            moved, _ = transform_landmarks(stacked, M.numpy()[have], size, np.array([flipped[b] for b in have]))
+            moved = torch.from_numpy(moved)
             if len(have) == len(targets):
                 whole[k] = moved
                 continue
@@ -187,15 +187,15 @@ def _move_landmarks(targets: List[dict], M: torch.Tensor, size, flipped: List[bo
     return whole
 
 
-def _stacked_points(values) -> "torch.Tensor | None":
-    """The samples' points as one float32 tensor [n, K, D], or None when they are not all 2-D of one
+def _stacked_points(values) -> "np.ndarray | None":
+    """The samples' points as one float32 array [n, K, D], or None when they are not all 2-D of one
     shape (numpy arrays of one shape are converted at once: stacked_arrays)."""
     same = stacked_arrays(values)
     if same is not None:
-        return torch.from_numpy(same.astype(np.float32)) if same.ndim == 3 else None
+        return same.astype(np.float32) if same.ndim == 3 else None
     pts = [torch.as_tensor(v, dtype=torch.float32) for v in values]
     if pts[0].dim() == 2 and all(p.shape == pts[0].shape for p in pts):
-        return torch.stack(pts)
+        return torch.stack(pts).numpy()
     return None
 
 
