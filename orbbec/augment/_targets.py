@@ -31,21 +31,23 @@ def _moved_xy(M, x, y, shift: float):
             x * m[..., 1, 0] + y * m[..., 1, 1] + m[..., 1, 2] + shift)
 
 
+def _as_float64(values, M):
+    """(array module, values and M as float64, the dtype results come back in) for numpy values
+    (numpy's module: a loader worker's targets, where a small torch op costs several times a numpy
+    one's host time) or anything else (torch's)."""
+    if isinstance(values, np.ndarray):
+        dtype = values.dtype if np.issubdtype(values.dtype, np.floating) else np.dtype(np.float32)
+        return np, values.astype(np.float64), np.asarray(M, dtype=np.float64), dtype
+    values = torch.as_tensor(values)
+    dtype = values.dtype if values.is_floating_point() else torch.float32
+    return torch, values.to(torch.float64), torch.as_tensor(M, dtype=torch.float64), dtype
+
+
 def _enclosing_xy(xp, b, M):
-    """(lo_x, lo_y, hi_x, hi_y) [N] of boxes b [N, 4] float64 through M [2, 3] or [N, 2, 3] float64,
-    in numpy (xp = numpy: a loader worker's boxes) or torch, element by element so that both give the
-    same bits. Each output coordinate is a sum of one term from x and one from y, and rounding is
-    monotonic, so the extreme corner is the sum of the extreme terms: two corners' worth of work
-    instead of four."""
-    m = M.reshape(-1, 6)
-    x, y = b[:, 0::2] - 0.5, b[:, 1::2] - 0.5  # [N, 2] each: the corners' two x and two y
-    out = []
-    for row in (0, 3):
-        ax, by = x * m[:, row:row + 1], y * m[:, row + 1:row + 2]
-        lo = xp.minimum(ax[:, 0], ax[:, 1]) + xp.minimum(by[:, 0], by[:, 1])
-        hi = xp.maximum(ax[:, 0], ax[:, 1]) + xp.maximum(by[:, 0], by[:, 1])
-        out += [lo + m[:, row + 2] + 0.5, hi + m[:, row + 2] + 0.5]
-    return out[0], out[2], out[1], out[3]
+    """(lo_x, lo_y, hi_x, hi_y) [N] of float64 boxes b [N, 4] through M [2, 3] or [N, 2, 3]: the
+    extremes of their four corners moved."""
+    x, y = _moved_xy(M, b[:, [0, 2, 0, 2]], b[:, [1, 1, 3, 3]], 0.5)
+    return xp.amin(x, 1), xp.amin(y, 1), xp.amax(x, 1), xp.amax(y, 1)
 
 
 def enclosing_boxes(boxes, M) -> torch.Tensor:
@@ -61,16 +63,9 @@ def transform_boxes(boxes, M, size: Tuple[int, int], min_visible: float = 0.0, m
     enclosing box clipped to the output (height, width) `size`. A box is dropped when less than
     `min_visible` of its transformed area, or less than `min_size` pixels of width or height, remains.
     M is [2, 3], or one matrix per box [N, 2, 3] (the boxes of a whole batch in one call).
-    Numpy boxes give numpy results (the same values; a loader worker's way: a small torch op costs
-    several times a numpy one's host time), anything else torch tensors."""
-    xp = np if isinstance(boxes, np.ndarray) else torch
-    if xp is np:
-        b, M = boxes.astype(np.float64).reshape(-1, 4), np.asarray(M, dtype=np.float64)
-        dtype = boxes.dtype if np.issubdtype(boxes.dtype, np.floating) else np.float32
-    else:
-        boxes = torch.as_tensor(boxes)
-        b, M = boxes.to(torch.float64).reshape(-1, 4), torch.as_tensor(M, dtype=torch.float64)
-        dtype = boxes.dtype if boxes.is_floating_point() else torch.float32
+    Numpy boxes give numpy results (the same values), anything else torch tensors."""
+    xp, b, M, dtype = _as_float64(boxes, M)
+    b = b.reshape(-1, 4)
     lx, ly, hx, hy = _enclosing_xy(xp, b, M)
     full = (hx - lx) * (hy - ly)
     h, w = size
@@ -91,15 +86,7 @@ def transform_keypoints(points, M, size: Tuple[int, int], flipped=False,
     integers), as face landmarks usually do, instead of torchvision's. A batch at once: points
     [B, K, 2], M [B, 2, 3] and `flipped` a bool array or tensor [B]. Numpy points give numpy results
     (the same values), anything else torch tensors."""
-    xp = np if isinstance(points, np.ndarray) else torch
-    if xp is np:
-        p, M = points, np.asarray(M, dtype=np.float64)
-        dtype = p.dtype if np.issubdtype(p.dtype, np.floating) else np.float32
-        pf = p.astype(np.float64)
-    else:
-        p, M = torch.as_tensor(points), torch.as_tensor(M, dtype=torch.float64)
-        dtype = p.dtype if p.is_floating_point() else torch.float32
-        pf = p.to(torch.float64)
+    xp, pf, M, dtype = _as_float64(points, M)
     x, y = _moved_xy(M, pf[..., 0], pf[..., 1], 0.0 if pixel_centres else 0.5)
     moved = xp.stack([x, y], -1)
     if flip_pairs:
