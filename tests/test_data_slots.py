@@ -35,7 +35,6 @@ def test_packed_bytes_round_trip():
     assert 0 < sum(c != w for c, w in zip(cut, whole)) and all(len(c) == len(w) for c, w in zip(cut, whole))
 
 
-
 def test_pack_buffers_takes_every_buffer_form_and_refuses_what_does_not_fit():
     """The workers' native copy into a slot: bytes, bytearrays, memoryviews and numpy arrays end to
     end with None taking no room, heights written where cut; a cut outside its buffer, or more bytes
@@ -59,6 +58,7 @@ def test_pack_buffers_takes_every_buffer_form_and_refuses_what_does_not_fit():
         _C.pack_buffers([jpeg, jpeg, jpeg], out)
     with pytest.raises(TypeError, match=r"data\[1\]"):
         _C.pack_buffers([jpeg, 3], out)
+
 
 PARTIAL_TRANSFORMS = {
     "crop": [A.RandomResizedCrop(64), A.RandomHorizontalFlip()],

@@ -38,9 +38,11 @@ def _as_float64(values, M):
     if isinstance(values, np.ndarray):
         dtype = values.dtype if np.issubdtype(values.dtype, np.floating) else np.dtype(np.float32)
         return np, values.astype(np.float64), np.asarray(M, dtype=np.float64), dtype
-    values = torch.as_tensor(values)
-    dtype = values.dtype if values.is_floating_point() else torch.float32
-    return torch, values.to(torch.float64), torch.as_tensor(M, dtype=torch.float64), dtype
+    t = torch.as_tensor(values)
+    dtype = t.dtype if t.is_floating_point() else torch.float32
+    # Numbers not in a tensor yet (lists) go to float64 as they are, not rounded to float32 first.
+    t = t.to(torch.float64) if isinstance(values, torch.Tensor) else torch.as_tensor(values, dtype=torch.float64)
+    return torch, t, torch.as_tensor(M, dtype=torch.float64), dtype
 
 
 def _enclosing_xy(xp, b, M):
@@ -86,7 +88,8 @@ def transform_keypoints(points, M, size: Tuple[int, int], flipped=False,
     integers), as face landmarks usually do, instead of torchvision's. A batch at once: points
     [B, K, 2], M [B, 2, 3] and `flipped` a bool array or tensor [B]. Numpy points give numpy results
     (the same values), anything else torch tensors."""
-    xp, pf, M, dtype = _as_float64(points, M)
+    # (lists of points as a tensor first: through float32, as keypoints always went)
+    xp, pf, M, dtype = _as_float64(points if isinstance(points, np.ndarray) else torch.as_tensor(points), M)
     x, y = _moved_xy(M, pf[..., 0], pf[..., 1], 0.0 if pixel_centres else 0.5)
     moved = xp.stack([x, y], -1)
     if flip_pairs:
