@@ -25,6 +25,12 @@ import time
 
 import torch
 import torch.distributed as dist
+# Imported before init_process_group on purpose. DistributedDataParallel imports this module, and
+# its functions take `group=group.WORLD` as a default argument. Imported after init, those defaults
+# keep the default process group alive, so destroy_process_group does not end gloo's threads. The
+# group is then destroyed during interpreter exit, which now and then aborted a rank ("terminate
+# called without an active exception"). Imported first, the defaults are None.
+import torch.distributed.nn  # noqa: F401
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 
@@ -152,8 +158,8 @@ def main():
     print(f"rank {rank}/{world} {device}: {args.arch} {args.data} batch {args.batch_size}: {rate:.0f} images/s "
           f"({args.steps} steps, loss {loss.item():.3f}); first labels {first_labels}\n", end="", flush=True)
     if distributed:
-        # DDP's reducer goes before its process group: left to interpreter exit, gloo's pending work
-        # objects were destroyed during finalisation and aborted the process now and then.
+        # DDP's reducer goes before its process group, so that destroy_process_group ends the
+        # group's threads now rather than during interpreter exit (see the import above).
         del model, opt
         gc.collect()
         dist.destroy_process_group()
