@@ -68,8 +68,8 @@ def image_source(image, mode: str):
         return _bad(f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}")
     # The decoders' own checks (cut short, a size the file cannot hold), made before the loader
     # rewrites the header's height for a partial decode. Bytes are read as they are (a numpy view
-    # per sample cost a face worker's batch about 0.2 ms); a numpy view of
-    # anything else, only when it is not a JPEG.
+    # per sample cost a face worker's batch about 0.2 ms) and get their view below only when they
+    # are not a JPEG; other buffers are read through their view.
     problem, frame = inspect_jpeg(image if isinstance(image, (bytes, bytearray)) else _uint8_view(image))
     if frame is not None:
         return _bad(problem) if problem else (image, None, (frame.height, frame.width), "", frame)
