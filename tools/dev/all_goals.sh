@@ -50,8 +50,9 @@ train() {  # TRAIN_RUNS runs of the training loop (default 1): its spread is a f
 if [ "$part" = 1 ]; then
   train
   bench cls-500x375,cls-1080p cls
-  # Only the loader's rows: the next call must come within the machine's 30 s of idle, and twice
-  # the reply with the whole table came too late (part 2 found a fresh machine). The table is in $OUT.
+  # Only the loader's rows (the whole table is in $OUT): part 2 must start within the machine's 30 s
+  # of idle, and twice after a reply with the whole table it found a fresh machine (a shorter reply
+  # is a guess at the cause, not a measured one).
   grep -E "^\| [a-z0-9-]+ \| orbbec \|" "$OUT/cls.md" 2>/dev/null
 else
   [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine; start again at the build"; exit 3; }
