@@ -50,22 +50,23 @@ def image_source(image, mode: str):
     """(encoded bytes, decoded tensor, (h, w), error, JPEG frame header) of a dataset item's image.
     Files in other formats (PNG, BMP, WebP, ...; ImageNet has a PNG and BMPs under .JPEG names) are
     decoded here, in the worker, by OpenCV: the GPU decoder reads JPEGs only."""
-    if isinstance(image, (str, os.PathLike)):
-        try:
-            image = read_file(image)
-        except OSError as e:
-            return _bad(f"cannot read {image!r}: {e.strerror or e}")
-    if isinstance(image, (torch.Tensor, np.ndarray)) and image.ndim == 3:
-        t = torch.as_tensor(image)
-        problem = _decoded_problem(t, mode)
-        return _bad(problem) if problem else (None, t, (int(t.shape[0]), int(t.shape[1])), "", None)
-    if isinstance(image, torch.Tensor):
-        image = image.detach().cpu().numpy()
-    if isinstance(image, np.ndarray) and (image.ndim != 1 or image.dtype != np.uint8):
-        return _bad(f"the image must be encoded bytes (1-D uint8) or a decoded uint8 HWC array, got {image.dtype} "
-                    f"of shape {image.shape}")
-    if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
-        return _bad(f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}")
+    if type(image) is not bytes:  # the usual item skips the checks for other kinds (0.15 ms of a face batch)
+        if isinstance(image, (str, os.PathLike)):
+            try:
+                image = read_file(image)
+            except OSError as e:
+                return _bad(f"cannot read {image!r}: {e.strerror or e}")
+        if isinstance(image, (torch.Tensor, np.ndarray)) and image.ndim == 3:
+            t = torch.as_tensor(image)
+            problem = _decoded_problem(t, mode)
+            return _bad(problem) if problem else (None, t, (int(t.shape[0]), int(t.shape[1])), "", None)
+        if isinstance(image, torch.Tensor):
+            image = image.detach().cpu().numpy()
+        if isinstance(image, np.ndarray) and (image.ndim != 1 or image.dtype != np.uint8):
+            return _bad(f"the image must be encoded bytes (1-D uint8) or a decoded uint8 HWC array, got "
+                        f"{image.dtype} of shape {image.shape}")
+        if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
+            return _bad(f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}")
     # The decoders' own checks (cut short, a size the file cannot hold), made before the loader
     # rewrites the header's height for a partial decode. Bytes are read as they are (a numpy view
     # per sample cost a face worker's batch about 0.2 ms) and get their view below only when they
@@ -113,18 +114,25 @@ _TARGET_SHAPES = [
 ]
 
 
+# The same checks one key at a time, in that order, and the keys they read: a target without any of
+# them (a label alone) is done at once (0.04 -> 0.01 ms per classification batch of 128).
+_CHECKS = [(k, keys, fits, expected) for keys, fits, expected in _TARGET_SHAPES for k in keys]
+_CHECKED_KEYS = frozenset(k for k, _, _, _ in _CHECKS)
+
+
 def target_problem(target: dict) -> str:
     """'' or why a sample's targets cannot follow its image: a mistake in the dataset's code, raised
     naming the sample whatever on_error says (on_error is for files that cannot be read)."""
+    if _CHECKED_KEYS.isdisjoint(target):
+        return ""
     n_boxes = None
-    for keys, fits, expected in _TARGET_SHAPES:
-        for k in keys:
-            if k not in target:
-                continue
-            shape, why = _shape_of(target[k])
-            if why or not fits(shape, n_boxes):
-                count = f" ({n_boxes})" if keys is PER_BOX_KEYS else ""
-                return f"{k!r} must {expected}{count}, got " + (why or f"shape {shape}")
-            if keys is BOX_KEYS:
-                n_boxes = 1 if shape == (4,) else shape[0]
+    for k, keys, fits, expected in _CHECKS:
+        if k not in target:
+            continue
+        shape, why = _shape_of(target[k])
+        if why or not fits(shape, n_boxes):
+            count = f" ({n_boxes})" if keys is PER_BOX_KEYS else ""
+            return f"{k!r} must {expected}{count}, got " + (why or f"shape {shape}")
+        if keys is BOX_KEYS:
+            n_boxes = 1 if shape == (4,) else shape[0]
     return ""
