@@ -4,6 +4,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -12,7 +13,7 @@ from benchmark_pipeline import (dali_variants, machine_jiffies, machine_share, m
                                 workers_for)
 from gpu_clocks import parse_rows, summarize  # noqa: E402
 from pipeline_table import write_markdown  # noqa: E402
-from profile_loader import loader_advice  # noqa: E402
+from profile_loader import loader_advice, mapped_library  # noqa: E402
 from workloads import full_batches  # noqa: E402
 
 _PRELUDE = ("import faulthandler, os, signal, subprocess, sys, time\n"
@@ -235,3 +236,10 @@ def test_benchmark_tables_merged_from_two_runs_keep_every_workload_and_its_worke
     for workload in ("cls-500x375", "cls-1080p", "face", "det"):
         assert f"| {workload} | orbbec |" in text, workload
     assert "orbbec's loader workers: cls-500x375 12, cls-1080p 9, face 32, det 9." in text
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
+def test_mapped_library_names_a_loaded_library_and_none_for_an_absent_one():
+    libc = mapped_library("libc.so") or mapped_library("libc-")
+    assert libc is not None and os.path.exists(libc), "the C library is mapped into every Linux process"
+    assert mapped_library("liborbbec-no-such-library") is None

@@ -297,6 +297,22 @@ def decoder_alone(items, batch, calls=20):
         decode_jpeg(batches[k % len(batches)])
     torch.cuda.synchronize()
     _print_decoder_phases("alone", before, decoder_stats()["host_seconds"])
+    print(f"    nvJPEG loaded from {mapped_library('libnvjpeg.so') or 'an unknown place'}")
+
+
+def mapped_library(prefix):
+    """The path of the shared library named prefix* mapped into this process (Linux), or None. Which
+    nvJPEG the loader uses follows LD_LIBRARY_PATH (a peer's wheels can put theirs first), and the
+    decoder's host time per batch can differ from one build of nvJPEG to another."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith(prefix):
+                    return path
+    except OSError:
+        pass
+    return None
 
 
 def main():

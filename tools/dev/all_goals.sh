@@ -40,11 +40,17 @@ bench() {  # workloads, name
   echo "benchmark $2 rc $?"
   cp "$keep/$2.json" "$OUT/" 2>/dev/null
 }
+without_peers() {  # a search path without the carried peers' folders ($HOME/peers...)
+  tr ':' '\n' <<< "${1:-}" | grep -v "^$HOME/peers" | paste -sd: -
+}
 train() {  # TRAIN_RUNS runs of the training loop (default 1): its spread is a few percent, one run says little
+  # Without DALI's paths: its wheels' libnvjpeg.so.13 would come before the nvJPEG orbbec was built
+  # with (LD_LIBRARY_PATH goes before the build's RUNPATH), and a training loop has no DALI beside it.
   for r in $(seq "${TRAIN_RUNS:-1}"); do
+    LD_LIBRARY_PATH="$(without_peers "${LD_LIBRARY_PATH:-}")" PYTHONPATH="$(without_peers "$PYTHONPATH")" \
     timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 ${TRAIN_ARGS:-} \
       > "$OUT/train_$part.$r.log" 2>&1
-    grep -E "images/s|fed the" "$OUT/train_$part.$r.log"
+    grep -E "images/s|fed the|nvJPEG loaded" "$OUT/train_$part.$r.log"
   done
 }
 if [ "$part" = 1 ]; then
