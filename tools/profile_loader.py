@@ -302,14 +302,14 @@ def decoder_alone(items, batch, calls=20):
 
 def mapped_library(prefix):
     """The path of the shared library named prefix* mapped into this process (Linux), or None. Which
-    nvJPEG the loader uses follows LD_LIBRARY_PATH (a peer's wheels can put theirs first), and the
-    decoder's host time per batch can differ from one build of nvJPEG to another."""
+    nvJPEG the loader uses follows LD_LIBRARY_PATH (a peer's wheels can put theirs first), so a
+    timing of the decoder names it."""
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
-                path = line.split()[-1]
-                if os.path.basename(path).startswith(prefix):
-                    return path
+                fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path (may hold spaces)
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(prefix):
+                    return fields[5].strip()
     except OSError:
         pass
     return None
