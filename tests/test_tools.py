@@ -12,8 +12,9 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))  # the engineering probes
 from benchmark_pipeline import (dali_variants, machine_jiffies, machine_share, median_run, run_child,  # noqa: E402
                                 workers_for)
 from gpu_clocks import parse_rows, summarize  # noqa: E402
+from loaded_libraries import mapped_library  # noqa: E402
 from pipeline_table import write_markdown  # noqa: E402
-from profile_loader import loader_advice, mapped_library  # noqa: E402
+from profile_loader import loader_advice  # noqa: E402
 from workloads import full_batches  # noqa: E402
 
 _PRELUDE = ("import faulthandler, os, signal, subprocess, sys, time\n"
@@ -109,6 +110,12 @@ def test_benchmark_rounds_report_the_median_run_and_the_range(tmp_path):
     write_markdown(results, str(tmp_path / "t.md"))
     text = (tmp_path / "t.md").read_text().replace("\n", " ")
     assert "face 300/400, 100/250 (steal 5.9%/-), 200/1,500, -/-." in text
+    assert "nvJPEG" not in text  # no row named its library
+    results["workloads"]["face"]["orbbec"]["nvjpeg"] = "/usr/local/cuda/lib64/libnvjpeg.so.13"
+    results["workloads"]["face"]["orbbec decode only"]["nvjpeg"] = None
+    write_markdown(results, str(tmp_path / "t.md"))
+    assert ("orbbec's nvJPEG (as loaded, LD_LIBRARY_PATH first): /usr/local/cuda/lib64/libnvjpeg.so.13, not found."
+            in (tmp_path / "t.md").read_text())
 
 
 def test_benchmark_workers_per_workload():

@@ -53,6 +53,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from loaded_libraries import mapped_library  # noqa: E402
 from pipeline_table import write_outputs  # noqa: E402
 
 MEAN = (0.485, 0.456, 0.406)
@@ -433,6 +434,8 @@ def run_one(args):
     result = {"rate": rate, "cores": cores, "gpu_mb": used, **MACHINE}
     if args.run == "orbbec":
         result["rows_decoded"] = rows_decoded(args.workload, items)
+    if args.run.startswith("orbbec"):
+        result["nvjpeg"] = mapped_library("libnvjpeg.so")
     print("RESULT " + json.dumps(result), flush=True)
     os._exit(0)  # loaders' threads and workers need not be joined
 

@@ -51,6 +51,10 @@ def write_markdown(r, path):
             f.write("\nThe orbbec row decodes each JPEG down to the last row its warp reads (partial_decode); "
                     "share of the rows decoded: " + ", ".join(shares) + ". \"orbbec (every row)\" and "
                     "\"orbbec decode only\" decode every row.\n")
+        libraries = sorted({v["nvjpeg"] or "not found" for rows in r["workloads"].values()
+                            for k, v in rows.items() if k.startswith("orbbec") and "nvjpeg" in v})
+        if libraries:
+            f.write("\norbbec's nvJPEG (as loaded, LD_LIBRARY_PATH first): " + ", ".join(libraries) + ".\n")
         if "workers" in r:
             f.write("\norbbec's loader workers: " + ", ".join(f"{w} {n}" for w, n in r["workers"].items()) + ".\n")
         pairs = round_pairs(r)

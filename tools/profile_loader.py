@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # Imported before anything starts CUDA, as a training script should: orbbec then gives CUDA's streams
 # their own work queues (orbbec/common/cuda_connections.py).
 from orbbec.io import decoder_stats  # noqa: E402
+from loaded_libraries import mapped_library  # noqa: E402
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -299,20 +300,6 @@ def decoder_alone(items, batch, calls=20):
     _print_decoder_phases("alone", before, decoder_stats()["host_seconds"])
     print(f"    nvJPEG loaded from {mapped_library('libnvjpeg.so') or 'an unknown place'}")
 
-
-def mapped_library(prefix):
-    """The path of the shared library named prefix* mapped into this process (Linux), or None. Which
-    nvJPEG the loader uses follows LD_LIBRARY_PATH (a peer's wheels can put theirs first), so a
-    timing of the decoder names it."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path (may hold spaces)
-                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(prefix):
-                    return fields[5].strip()
-    except OSError:
-        pass
-    return None
 
 
 def main():
