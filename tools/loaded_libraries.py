@@ -10,8 +10,9 @@ def mapped_library(prefix):
         with open("/proc/self/maps") as maps:
             for line in maps:
                 fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path (may hold spaces)
-                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(prefix):
-                    return fields[5].strip()
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if os.path.basename(path).startswith(prefix):
+                    return path
     except OSError:
         pass
     return None

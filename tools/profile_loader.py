@@ -301,7 +301,6 @@ def decoder_alone(items, batch, calls=20):
     print(f"    nvJPEG loaded from {mapped_library('libnvjpeg.so') or 'an unknown place'}")
 
 
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None)

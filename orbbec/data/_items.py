@@ -51,22 +51,9 @@ def image_source(image, mode: str):
     Files in other formats (PNG, BMP, WebP, ...; ImageNet has a PNG and BMPs under .JPEG names) are
     decoded here, in the worker, by OpenCV: the GPU decoder reads JPEGs only."""
     if type(image) is not bytes:  # the usual item skips the checks for other kinds (0.15 ms of a face batch)
-        if isinstance(image, (str, os.PathLike)):
-            try:
-                image = read_file(image)
-            except OSError as e:
-                return _bad(f"cannot read {image!r}: {e.strerror or e}")
-        if isinstance(image, (torch.Tensor, np.ndarray)) and image.ndim == 3:
-            t = torch.as_tensor(image)
-            problem = _decoded_problem(t, mode)
-            return _bad(problem) if problem else (None, t, (int(t.shape[0]), int(t.shape[1])), "", None)
-        if isinstance(image, torch.Tensor):
-            image = image.detach().cpu().numpy()
-        if isinstance(image, np.ndarray) and (image.ndim != 1 or image.dtype != np.uint8):
-            return _bad(f"the image must be encoded bytes (1-D uint8) or a decoded uint8 HWC array, got "
-                        f"{image.dtype} of shape {image.shape}")
-        if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
-            return _bad(f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}")
+        image, done = _other_kind(image, mode)
+        if done is not None:
+            return done
     # The decoders' own checks (cut short, a size the file cannot hold), made before the loader
     # rewrites the header's height for a partial decode. Bytes are read as they are (a numpy view
     # per sample cost a face worker's batch about 0.2 ms) and get their view below only when they
@@ -83,6 +70,28 @@ def image_source(image, mode: str):
     if decoded is None:
         return _bad(problem)
     return None, decoded, (int(decoded.shape[0]), int(decoded.shape[1])), "", None
+
+
+def _other_kind(image, mode: str):
+    """(the item's encoded buffer, None) for anything but bytes, or (None, image_source's result) for
+    a decoded image, a path that cannot be read, or a kind the loader does not take."""
+    if isinstance(image, (str, os.PathLike)):
+        try:
+            image = read_file(image)
+        except OSError as e:
+            return None, _bad(f"cannot read {image!r}: {e.strerror or e}")
+    if isinstance(image, (torch.Tensor, np.ndarray)) and image.ndim == 3:
+        t = torch.as_tensor(image)
+        problem = _decoded_problem(t, mode)
+        return None, (_bad(problem) if problem else (None, t, (int(t.shape[0]), int(t.shape[1])), "", None))
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    if isinstance(image, np.ndarray) and (image.ndim != 1 or image.dtype != np.uint8):
+        return None, _bad(f"the image must be encoded bytes (1-D uint8) or a decoded uint8 HWC array, got "
+                          f"{image.dtype} of shape {image.shape}")
+    if not isinstance(image, (bytes, bytearray, memoryview, np.ndarray)):
+        return None, _bad(f"the image must be encoded bytes, a path or a uint8 HWC array, got {type(image).__name__}")
+    return image, None
 
 
 def _uint8_view(image) -> np.ndarray:
