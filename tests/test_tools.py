@@ -245,6 +245,20 @@ def test_benchmark_tables_merged_from_two_runs_keep_every_workload_and_its_worke
     assert "orbbec's loader workers: cls-500x375 12, cls-1080p 9, face 32, det 9." in text
 
 
+def test_benchmark_table_names_each_workloads_rounds_when_merged_parts_had_different_counts(tmp_path):
+    """A goal run's parts may take more rounds on some workloads (one workload per call): the header
+    must not claim the first part's count for all of them."""
+    def rows(rates):
+        return {"orbbec": median_run([{"rate": r, "cores": 1.0, "gpu_mb": 1.0} for r in rates])}
+    results = {"env": "GPU", "seconds": 1.0, "warmup_s": 1.0, "rounds": 3,
+               "workloads": {"cls-1080p": rows((1, 2, 3)), "face": rows((1, 2, 3, 4, 5))}}
+    write_markdown(results, str(tmp_path / "t.md"))
+    assert "the median of its 3 (cls-1080p), 5 (face) alternated rounds" in (tmp_path / "t.md").read_text()
+    results["workloads"]["face"] = rows((4, 5, 6))
+    write_markdown(results, str(tmp_path / "t.md"))
+    assert "the median of 3 alternated rounds" in (tmp_path / "t.md").read_text()
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
 def test_mapped_library_names_a_loaded_library_and_none_for_an_absent_one():
     libc = mapped_library("libc.so") or mapped_library("libc-")

@@ -41,7 +41,7 @@ def write_markdown(r, path):
               if "rows_decoded" in rows.get("orbbec", {})]
     with open(path, "w") as f:
         warmup = f"a {r['warmup_s']} s warm-up" if "warmup_s" in r else "a warm-up of 4 batches"
-        rounds = (f"; the median of {r['rounds']} alternated rounds, each pipeline in its own process, "
+        rounds = (f"; the median of {rounds_counted(r)} alternated rounds, each pipeline in its own process, "
                   "with their range" if r.get("rounds", 1) > 1 else "")
         if rounds and r.get("rounds_of"):
             rounds += (" (" + ", ".join(r["rounds_of"]) + "; the other pipelines once, in the first round, "
@@ -62,6 +62,16 @@ def write_markdown(r, path):
             f.write("\nEach round, the loader against decoding alone (img/s, in the order run; a round's two "
                     "processes ran one after the other; the machine's share taken by the hypervisor, steal, where "
                     f"{STEAL_SHOWN:.0%} or more): " + "; ".join(pairs) + ".\n")
+
+
+def rounds_counted(r):
+    """How many rounds the rows' medians are of: one number, or per workload where parts merged from
+    several runs (--from-json) had different counts."""
+    counts = {w: len(rows["orbbec"]["rates"]) for w, rows in r["workloads"].items()
+              if len(rows.get("orbbec", {}).get("rates", [])) > 1}
+    if len(set(counts.values())) <= 1:
+        return str(r["rounds"])
+    return "its " + ", ".join(f"{n} ({w})" for w, n in counts.items())
 
 
 def round_pairs(r):

@@ -8,6 +8,11 @@
 #           images);
 #   part 2: the same benchmark on face and det, then one table of all four from both parts' JSON
 #           (kept in $HOME/all_goals between the calls).
+#   part 2 can also take one workload at a time (`all_goals.sh 2 face`, then `all_goals.sh 2 det`), so
+#           each call has room for more rounds; the table then merges whichever parts are there;
+#   part 3: the training loop alone (TRAIN_RUNS runs, default 1), then, where DALI's wheels left their
+#           nvJPEG ($HOME/peers/nvidia/cu13/lib), the loop with that library first and without it,
+#           alternated twice (whether another nvJPEG build slows the loop).
 # Logs and tables go to $OUT.
 #
 # DALI 2.4 must be importable there (nvidia-dali-cuda130==2.4.0 with nvidia-nvimgcodec-cu13 and
@@ -53,17 +58,39 @@ train() {  # TRAIN_RUNS runs of the training loop (default 1): its spread is a f
     grep -E "images/s|fed the|nvJPEG loaded" "$OUT/train_$part.$r.log"
   done
 }
-if [ "$part" = 1 ]; then
+case "$part" in
+1)
   train
   bench cls-500x375,cls-1080p cls
   # Only the loader's rows (the whole table is in $OUT): part 2 must start within the machine's 30 s
   # of idle, and twice after a reply with the whole table it found a fresh machine (a shorter reply
   # is a guess at the cause, not a measured one).
   grep -E "^\| [a-z0-9-]+ \| orbbec \|" "$OUT/cls.md" 2>/dev/null
-else
+  ;;
+2)
   [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine; start again at the build"; exit 3; }
-  bench face,det face_det
+  workloads=${2:-face,det}
+  name=$([ "$workloads" = face,det ] && echo face_det || echo "$workloads")
+  bench "$workloads" "$name"
   train
-  python3 tools/benchmark_pipeline.py --from-json "$keep/cls.json" "$keep/face_det.json" --md "$OUT/run.md" \
-    && cat "$OUT/run.md"
-fi
+  parts=()
+  for p in cls face_det face det; do [ -f "$keep/$p.json" ] && parts+=("$keep/$p.json"); done
+  python3 tools/benchmark_pipeline.py --from-json "${parts[@]}" --md "$OUT/run.md" && cat "$OUT/run.md"
+  ;;
+3)
+  [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine"; exit 3; }
+  TRAIN_RUNS=${TRAIN_RUNS:-1} train
+  lib=$HOME/peers/nvidia/cu13/lib
+  [ -d "$lib" ] || exit 0
+  base=$(without_peers "${LD_LIBRARY_PATH:-}")
+  for r in 1 2; do
+    for first in "$lib" ""; do
+      echo "[nvJPEG ${first:-as built} r$r]"
+      LD_LIBRARY_PATH="$first${first:+:}$base" PYTHONPATH="$(without_peers "$PYTHONPATH")" \
+      timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 \
+        --steps 100 ${TRAIN_ARGS:-} 2>&1 | grep -E "images/s|alone|nvJPEG loaded"
+    done
+  done
+  ;;
+*) echo "part 1, 2 or 3"; exit 2 ;;
+esac
