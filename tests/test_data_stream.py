@@ -105,3 +105,28 @@ def test_worker_error_comes_out_at_its_place(fake_gpu):
     out, error = drain(batches(8, worker_error_at=4))
     assert out == [0, 1, 2, 3]
     assert isinstance(error, ValueError) and "batch 4" in str(error)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_receiving_thread_takes_every_batch_in_order_with_the_profiler_range_only_when_profiling(workers):
+    """batch_taker skips the DataLoader's per-batch profiler range (host time the receiving thread
+    holds the GIL for) but gives the same batches in the same order, and keeps the range while a
+    profiler runs, so that a user's profile still shows it."""
+    reader = torch.utils.data.DataLoader(list(range(10, 19)), batch_size=2, num_workers=workers)
+    batches = iter(reader)
+    take = stream.batch_taker(batches)
+    got = [take().tolist() for _ in range(2)]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        got.append(take().tolist())
+    got += [take().tolist() for _ in range(2)]
+    assert got == [[10, 11], [12, 13], [14, 15], [16, 17], [18]]
+    assert any(e.name.startswith("enumerate(DataLoader)") for e in prof.events())
+    assert batches._num_yielded == 1  # only the profiled batch went through next()
+    with pytest.raises(StopIteration):
+        take()
+
+
+def test_receiving_thread_falls_back_to_next_for_other_iterators():
+    items = iter([1, 2])
+    take = stream.batch_taker(items)
+    assert (take(), take()) == (1, 2)

@@ -77,7 +77,7 @@ def main():
     if a.profile:
         prof = cProfile.Profile()
         prof.runcall(lambda: [one(k) for k in range(a.batches)])
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
+        pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(int(os.environ.get("ROWS", "15")))
 
 
 def worker_loop(workload: str, workers: int, batches: int, rate: float) -> None:
