@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every goal of the pipeline work in one machine session on the GPU machine, in two calls on the warm
+# Every goal of the pipeline work in one machine session on the GPU machine, in calls back to back on the warm
 # machine (each under the 10-minute call limit):
 #   part 1: the ResNet-50 loop fed by the loader (default decoder) against synthetic data, then the
 #           benchmark with every pipeline on cls-500x375 and cls-1080p (DALI under both decoder loads
