@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every goal of the pipeline work in one machine session on the GPU machine, in calls back to back on the warm
-# machine (each under the 10-minute call limit):
+# Every goal of the pipeline work in one machine session on the GPU machine, in calls back to back
+# on the warm machine (each under the 10-minute call limit):
 #   part 1: the ResNet-50 loop fed by the loader (default decoder) against synthetic data, then the
 #           benchmark with every pipeline on cls-500x375 and cls-1080p (DALI under both decoder loads
 #           and both queue counts; the loader and decoding alone, whose ratio is a goal, in three
