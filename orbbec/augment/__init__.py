@@ -131,7 +131,8 @@ class Compose:
                 raise ArgumentError(f"Compose: sample {index} comes out {size}, sample {indices[0]} {out}; end the "
                                     "transforms with a fixed size (RandomResizedCrop(size), Resize((h, w)), "
                                     "CenterCrop, RandomCrop(size, pad_if_needed=True))")
-        return Params(torch.tensor(np.array(mats).reshape(-1, 2, 3), dtype=torch.float64), out, samples)
+        # from_numpy on the fresh array: torch.tensor copied it again (a batch of 64: 11 against 4 us)
+        return Params(torch.from_numpy(np.array(mats, dtype=np.float64).reshape(-1, 2, 3)), out, samples)
 
     def _draw_one(self, rng, hw, k: int, targets, steps, colour):
         """(matrix [2, 3], output size, parameters) of sample k of a batch, drawn from its rng."""
