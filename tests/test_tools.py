@@ -246,17 +246,20 @@ def test_benchmark_tables_merged_from_two_runs_keep_every_workload_and_its_worke
 
 
 def test_benchmark_table_names_each_workloads_rounds_when_merged_parts_had_different_counts(tmp_path):
-    """A goal run's parts may take more rounds on some workloads (one workload per call): the header
-    must not claim the first part's count for all of them."""
-    def rows(rates):
-        return {"orbbec": median_run([{"rate": r, "cores": 1.0, "gpu_mb": 1.0} for r in rates])}
-    results = {"env": "GPU", "seconds": 1.0, "warmup_s": 1.0, "rounds": 3,
-               "workloads": {"cls-1080p": rows((1, 2, 3)), "face": rows((1, 2, 3, 4, 5))}}
-    write_markdown(results, str(tmp_path / "t.md"))
-    assert "the median of its 3 (cls-1080p), 5 (face) alternated rounds" in (tmp_path / "t.md").read_text()
-    results["workloads"]["face"] = rows((4, 5, 6))
-    write_markdown(results, str(tmp_path / "t.md"))
-    assert "the median of 3 alternated rounds" in (tmp_path / "t.md").read_text()
+    """A goal run's parts may take more rounds on some workloads (one workload per call): the merged
+    table must not claim the first part's count for all of them."""
+    dev = os.path.join(ROOT, "docs", "dev")
+    parts = [os.path.join(dev, f"benchmark_pipeline_h200_run26_{p}.json") for p in ("cls", "face", "det")]
+    md = tmp_path / "run.md"
+
+    def merged(*files):
+        run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "benchmark_pipeline.py"), "--from-json",
+                              *files, "--md", str(md)], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return md.read_text()
+    assert "the median of its 5 (cls-500x375), 5 (cls-1080p), 7 (face), 7 (det) alternated rounds" in merged(*parts)
+    assert "the median of 7 alternated rounds" in merged(*parts[1:])
+    assert "the median of 5 alternated rounds" in merged(parts[0])
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")

@@ -471,15 +471,17 @@ def main():
     if args.run:
         return run_one(args)
     if args.from_json:
-        results = None
+        results, rounds = None, {}
         for path in args.from_json:
             with open(path) as f:
                 r = json.load(f)
+            rounds.update(dict.fromkeys(r["workloads"], r.get("rounds", 1)))
             if results is None:
                 results = r
             else:
                 results["workloads"].update(r["workloads"])
                 results.setdefault("workers", {}).update(r.get("workers", {}))
+        results["rounds"], results["rounds_by_workload"] = max(rounds.values()), rounds
         return write_outputs(results, args)
 
     import torch

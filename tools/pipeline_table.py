@@ -66,12 +66,11 @@ def write_markdown(r, path):
 
 def rounds_counted(r):
     """How many rounds the rows' medians are of: one number, or per workload where parts merged from
-    several runs (--from-json) had different counts."""
-    counts = {w: len(rows["orbbec"]["rates"]) for w, rows in r["workloads"].items()
-              if len(rows.get("orbbec", {}).get("rates", [])) > 1}
-    if len(set(counts.values())) <= 1:
-        return str(r["rounds"])
-    return "its " + ", ".join(f"{n} ({w})" for w, n in counts.items())
+    several runs (--from-json, which records each file's count as rounds_by_workload) differ."""
+    by_workload = r.get("rounds_by_workload") or {}
+    if len(set(by_workload.values())) > 1:
+        return "its " + ", ".join(f"{n} ({w})" for w, n in by_workload.items())
+    return str(next(iter(by_workload.values()), r["rounds"]))
 
 
 def round_pairs(r):

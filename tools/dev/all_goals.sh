@@ -70,7 +70,8 @@ case "$part" in
 2)
   [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine; start again at the build"; exit 3; }
   workloads=${2:-face,det}
-  name=$([ "$workloads" = face,det ] && echo face_det || echo "$workloads")
+  case "$workloads" in face,det) name=face_det ;; face|det) name=$workloads ;;
+    *) echo "part 2 takes face, det or face,det (the table merges those parts' files)"; exit 2 ;; esac
   bench "$workloads" "$name"
   train
   parts=()

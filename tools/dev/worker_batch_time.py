@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--workload", default="det")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile-sort", default="cumulative", help="--profile: pstats' order (tottime: own time)")
+    ap.add_argument("--profile-rows", type=int, default=15, help="--profile: functions listed")
     ap.add_argument("--partial-decode", action="store_true", help="cut each JPEG's rows as the GPU loader does")
     ap.add_argument("--pack", action="store_true", help="pack into a slot and pickle, as a GPU loader's worker does")
     ap.add_argument("--workers", type=int, default=0, help="time N DataLoader workers' loop instead (see above)")
@@ -77,7 +79,7 @@ def main():
     if a.profile:
         prof = cProfile.Profile()
         prof.runcall(lambda: [one(k) for k in range(a.batches)])
-        pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(int(os.environ.get("ROWS", "15")))
+        pstats.Stats(prof).sort_stats(a.profile_sort).print_stats(a.profile_rows)
 
 
 def worker_loop(workload: str, workers: int, batches: int, rate: float) -> None:
