@@ -48,15 +48,16 @@ bench() {  # workloads, name
 without_peers() {  # a search path without the carried peers' folders ($HOME/peers...)
   tr ':' '\n' <<< "${1:-}" | grep -v "^$HOME/peers" | paste -sd: -
 }
-train() {  # TRAIN_RUNS runs of the training loop (default 1): its spread is a few percent, one run says little
+train_once() {  # log file, then a folder to put first on LD_LIBRARY_PATH ("": none): one run of the loop
   # Without DALI's paths: its wheels' libnvjpeg.so.13 would come before the nvJPEG orbbec was built
   # with (LD_LIBRARY_PATH goes before the build's RUNPATH), and a training loop has no DALI beside it.
-  for r in $(seq "${TRAIN_RUNS:-1}"); do
-    LD_LIBRARY_PATH="$(without_peers "${LD_LIBRARY_PATH:-}")" PYTHONPATH="$(without_peers "$PYTHONPATH")" \
-    timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 ${TRAIN_ARGS:-} \
-      > "$OUT/train_$part.$r.log" 2>&1
-    grep -E "images/s|fed the|nvJPEG loaded" "$OUT/train_$part.$r.log"
-  done
+  LD_LIBRARY_PATH="$2${2:+:}$(without_peers "${LD_LIBRARY_PATH:-}")" PYTHONPATH="$(without_peers "$PYTHONPATH")" \
+  timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 ${TRAIN_ARGS:-} \
+    > "$1" 2>&1
+  grep -E "images/s|fed the|alone|nvJPEG loaded" "$1"
+}
+train() {  # TRAIN_RUNS runs of the training loop (default 1): its spread is a few percent, one run says little
+  for r in $(seq "${TRAIN_RUNS:-1}"); do train_once "$OUT/train_$part.$r.log" ""; done
 }
 case "$part" in
 1)
@@ -80,16 +81,13 @@ case "$part" in
   ;;
 3)
   [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine"; exit 3; }
-  TRAIN_RUNS=${TRAIN_RUNS:-1} train
+  train
   lib=$HOME/peers/nvidia/cu13/lib
   [ -d "$lib" ] || exit 0
-  base=$(without_peers "${LD_LIBRARY_PATH:-}")
   for r in 1 2; do
     for first in "$lib" ""; do
       echo "[nvJPEG ${first:-as built} r$r]"
-      LD_LIBRARY_PATH="$first${first:+:}$base" PYTHONPATH="$(without_peers "$PYTHONPATH")" \
-      timeout 120 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 \
-        --steps 100 ${TRAIN_ARGS:-} 2>&1 | grep -E "images/s|alone|nvJPEG loaded"
+      train_once "$OUT/train_nvjpeg_$([ -n "$first" ] && echo wheels || echo built).$r.log" "$first"
     done
   done
   ;;
