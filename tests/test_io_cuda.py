@@ -1,6 +1,7 @@
 """orbbec.io.decode_jpeg's GPU path: against cv2 within the decoders' IDCT and upsampling differences
 (decode_bounds.py), both nvJPEG paths, memory, streams, started decodes and the decoder's settings."""
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -216,6 +217,46 @@ def test_gpu_configure_decoder_chooses_the_paths(engine):
         pytest.skip("no hardware JPEG engine on this GPU: everything takes the hybrid path")
     else:
         assert int(hardware) > 0 and int(hybrid) + int(hardware) == 32
+
+
+_PARSE_PROBE = """
+import hashlib, json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from jpeg_files import broken, encode, photo, variants, with_exif_orientation
+import orbbec.io as oio
+from orbbec._library import _C
+files = list(variants().values()) + list(variants((640, 640)).values())
+files += [with_exif_orientation(encode(photo(k, (64, 96))), o) for k, o in enumerate(range(1, 9))]
+files += list(broken(files[0]).values())
+raw = _C.decode_jpeg_cuda([oio.as_buffer(f, 0, True) for f in files], 0, 0, None, -1)
+images, errors, unsupported, orientations, paths = raw[:5]
+digest = [None if im is None else hashlib.sha1(im.cpu().numpy().tobytes()).hexdigest() for im in images]
+print(json.dumps({"failed": [bool(e) for e in errors], "unsupported": list(unsupported),
+                  "orientations": list(orientations), "paths": list(paths), "digest": digest,
+                  "engine": oio.decoder_stats()["hardware_available"]}))
+"""
+
+
+@requires_nvjpeg
+def test_gpu_header_only_parse_plans_every_file_as_the_whole_parse_did():
+    """plan() reads each file's header only; ORBBEC_NVJPEG_PARSE_WHOLE=1 parses whole bitstreams as
+    before. On every kind of file (EXIF orientations 1-8, broken ones too) both must choose the same
+    path and orientation, fail the same files, and decode the rest to the same bits."""
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    runs = {}
+    for whole in ("0", "1"):
+        env = subprocess_env(ORBBEC_NVJPEG_PARSE_WHOLE=whole)
+        run = subprocess.run([sys.executable, "-c", _PARSE_PROBE, tests_dir], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        runs[whole] = json.loads(run.stdout.strip().splitlines()[-1])
+    header, whole = runs["0"], runs["1"]
+    for key in ("failed", "unsupported", "orientations", "paths", "digest"):
+        assert header[key] == whole[key], key
+    assert header["orientations"][-13:-5] == list(range(1, 9))
+    assert sum(header["failed"]) == 5 and not any(header["failed"][:-5])  # the broken files, and only they
+    if header["engine"]:
+        assert 0 in header["paths"] and 1 in header["paths"]  # progressive files take the hybrid path
 
 
 @requires_nvjpeg

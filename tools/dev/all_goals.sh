@@ -10,9 +10,10 @@
 #           (kept in $HOME/all_goals between the calls).
 #   part 2 can also take one workload at a time (`all_goals.sh 2 face`, then `all_goals.sh 2 det`), so
 #           each call has room for more rounds; the table then merges whichever parts are there;
-#   part 3: the training loop alone (TRAIN_RUNS runs, default 1), then, where DALI's wheels left their
-#           nvJPEG ($HOME/peers/nvidia/cu13/lib), the loop with that library first and without it,
-#           alternated twice (whether another nvJPEG build slows the loop).
+#   part 3: the training loop alone (TRAIN_RUNS runs, default 1); with NVJPEG_AB=1 then, where DALI's
+#           wheels left their nvJPEG ($HOME/peers/nvidia/cu13/lib), the loop with that library first
+#           and without it, alternated twice (whether another nvJPEG build slows the loop: in goal run
+#           26 it did not).
 # Logs and tables go to $OUT.
 #
 # DALI 2.4 must be importable there (nvidia-dali-cuda130==2.4.0 with nvidia-nvimgcodec-cu13 and
@@ -83,7 +84,7 @@ case "$part" in
   [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine"; exit 3; }
   train
   lib=$HOME/peers/nvidia/cu13/lib
-  [ -d "$lib" ] || exit 0
+  [ "${NVJPEG_AB:-0}" = 1 ] && [ -d "$lib" ] || exit 0
   for r in 1 2; do
     for first in "$lib" ""; do
       echo "[nvJPEG ${first:-as built} r$r]"

@@ -206,6 +206,9 @@ class Decoder {
     if (const char* m = std::getenv("ORBBEC_NVJPEG_SHARE_MIN_PIXELS")) share_min_pixels_ = std::atoll(m);
     // ORBBEC_PARSE_JOB_BYTES: the bitstream bytes one parse job covers; 0 parses one image per job.
     if (const char* p = std::getenv("ORBBEC_PARSE_JOB_BYTES")) parse_job_bytes_ = std::atoll(p);
+    // ORBBEC_NVJPEG_PARSE_WHOLE=1: plan() parses each whole bitstream, as before the header-only
+    // parse (for comparison).
+    if (const char* p = std::getenv("ORBBEC_NVJPEG_PARSE_WHOLE")) parse_whole_ = std::atoi(p) != 0;
     // ORBBEC_NVJPEG_ENGINE_TURNS=0: a batch's engine submissions need not wait for the previous
     // batch's (for comparison; see SubmitLatch).
     if (const char* t = std::getenv("ORBBEC_NVJPEG_ENGINE_TURNS")) engine_turns_ = std::atoi(t) != 0;
@@ -336,6 +339,7 @@ class Decoder {
   bool overlap_share_ = true;
   int64_t share_min_pixels_ = kShareMinPixels;
   int64_t parse_job_bytes_ = kParseJobBytes;
+  bool parse_whole_ = false;
   bool engine_turns_ = true;
   std::shared_ptr<SubmitLatch> last_submitted_;  // the latest batch's, for the next batch to wait on
   std::unique_ptr<EngineClock> engine_clock_;  // with the hardware engine only
@@ -356,7 +360,13 @@ void Decoder::plan(Worker& w, const EncodedImage& in, JpegMode mode, ImagePlan& 
   out.error = jpeg_buffer_problem(in.data, in.size);
   if (!out.error.empty()) return;
   const nvjpegHandle_t parser = hw_handle_ ? hw_handle_ : handle_;
-  nvjpegStatus_t s = nvjpegJpegStreamParse(parser, in.data, in.size, 1, 0, w.header);
+  // The segments up to the first scan are all a plan needs (size, orientation, whether the engine
+  // takes it). nvjpegJpegStreamParse with save_metadata walks the whole bitstream as well: on det's
+  // 640 x 640 JPEGs, about 0.6 ms per batch of 64 on six threads decoding alone, twice that beside
+  // the loader's workers (docs/dev/decode.md). Damage past the header is then found by the decoder
+  // that takes the image (a failed engine batch is decoded again image by image).
+  nvjpegStatus_t s = parse_whole_ ? nvjpegJpegStreamParse(parser, in.data, in.size, 1, 0, w.header)
+                                  : nvjpegJpegStreamParseHeader(parser, in.data, in.size, w.header);
   if (s != NVJPEG_STATUS_SUCCESS) {
     out.error = std::string("corrupt JPEG header (nvJPEG: ") + status_name(s) + ")";
     out.unsupported = s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED;
@@ -571,8 +581,8 @@ std::shared_ptr<Batch> Decoder::begin(const std::vector<EncodedImage>& images, J
     if (rate > 0) hardware_rate_ = 0.7 * hardware_rate_ + 0.3 * rate;
   }
 
-  // Headers are parsed in runs of consecutive images, about parse_job_bytes_ of bitstream each (the
-  // parse scans the whole stream): a batch of small images then wakes a few threads rather than the
+  // Headers are parsed in runs of consecutive images, about parse_job_bytes_ of bitstream each (set
+  // when the parse read whole bitstreams, ORBBEC_NVJPEG_PARSE_WHOLE=1): a batch of small images then wakes a few threads rather than the
   // whole pool, whose threads would take the cores that the engine's submission and the loader's
   // workers need, and claim jobs one image at a time under the pool's lock.
   size_t bytes = 0;
