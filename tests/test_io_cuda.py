@@ -242,9 +242,9 @@ def test_gpu_header_only_parse_plans_every_file_as_the_whole_parse_did():
     """plan() reads each file's header only; ORBBEC_NVJPEG_PARSE_WHOLE=1 parses whole bitstreams as
     before. On every kind of file (EXIF orientations 1-8, broken ones too) both must choose the same
     path and orientation, fail the same files, and decode the rest to the same bits. (Not compared:
-    whether a failed file was "unsupported" by nvJPEG, which sends it on to OpenCV: on an H200 the
-    whole parse called the file with a random header that, the header parse did not; it fails
-    either way, named.)"""
+    nvJPEG's "unsupported" flag on a failed file, which sends it on to OpenCV: on an H200 the whole
+    parse flagged the file with a random header and the header parse did not; it fails either way,
+    named.)"""
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     runs = {}
     for whole in ("0", "1"):
