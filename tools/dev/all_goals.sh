@@ -57,6 +57,9 @@ train_once() {  # log file, then a folder to put first on LD_LIBRARY_PATH ("": n
     > "$1" 2>&1
   grep -E "images/s|fed the|alone|nvJPEG loaded" "$1"
 }
+need_part1() {  # parts 2 and 3 read part 1's results, kept on this machine between the calls
+  [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine; start again at the build"; exit 3; }
+}
 train() {  # TRAIN_RUNS runs of the training loop (default 1): its spread is a few percent, one run says little
   for r in $(seq "${TRAIN_RUNS:-1}"); do train_once "$OUT/train_$part.$r.log" ""; done
 }
@@ -70,7 +73,7 @@ case "$part" in
   grep -E "^\| [a-z0-9-]+ \| orbbec \|" "$OUT/cls.md" 2>/dev/null
   ;;
 2)
-  [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine; start again at the build"; exit 3; }
+  need_part1
   workloads=${2:-face,det}
   case "$workloads" in face,det) name=face_det ;; face|det) name=$workloads ;;
     *) echo "part 2 takes face, det or face,det (the table merges those parts' files)"; exit 2 ;; esac
@@ -81,7 +84,7 @@ case "$part" in
   python3 tools/benchmark_pipeline.py --from-json "${parts[@]}" --md "$OUT/run.md" && cat "$OUT/run.md"
   ;;
 3)
-  [ -f "$keep/cls.json" ] || { echo "no part 1 on this machine ($keep/cls.json): a fresh machine"; exit 3; }
+  need_part1
   train
   lib=$HOME/peers/nvidia/cu13/lib
   [ "${NVJPEG_AB:-0}" = 1 ] && [ -d "$lib" ] || exit 0
