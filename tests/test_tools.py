@@ -15,7 +15,7 @@ from gpu_clocks import parse_rows, summarize  # noqa: E402
 from loaded_libraries import mapped_library  # noqa: E402
 from pipeline_table import write_markdown  # noqa: E402
 from profile_loader import loader_advice  # noqa: E402
-from workloads import full_batches  # noqa: E402
+from workloads import DecodeAhead, full_batches  # noqa: E402
 
 _PRELUDE = ("import faulthandler, os, signal, subprocess, sys, time\n"
             "faulthandler.register(signal.SIGUSR1, all_threads=True)\n")
@@ -178,6 +178,29 @@ def test_full_batches_leave_out_the_last_partial_one():
     assert full_batches(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5]]
     assert full_batches(list(range(6)), 3) == [[0, 1, 2], [3, 4, 5]]
     assert full_batches([1, 2], 3) == []
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 3])
+def test_decode_ahead_keeps_the_loaders_batches_in_flight_and_takes_each_once(in_flight):
+    # The benchmark's ceiling (decoding alone) must start batches as the loader does: with n in
+    # flight, the first n - 1 calls take nothing, each later call takes the oldest batch, and drain
+    # takes the rest, every image counted once (on the CPU decoder, which the same driver runs).
+    from jpeg_files import encode, photo
+
+    batches = [[encode(photo(i + k, (48, 64))) for i in range(k + 1)] for k in range(5)]  # 1..5 images
+    ahead = DecodeAhead(device="cpu", in_flight=in_flight)
+    taken = [ahead(b) for b in batches]
+    assert taken == [0] * (in_flight - 1) + [len(b) for b in batches[:len(batches) - in_flight + 1]]
+    assert ahead.drain() == sum(len(b) for b in batches[len(batches) - in_flight + 1:])
+    assert ahead.drain() == 0
+
+
+def test_decode_ahead_follows_the_loaders_depth_by_default(monkeypatch):
+    import orbbec.data._stream as loader_stream
+
+    assert DecodeAhead(device="cpu").in_flight == loader_stream.DECODES_IN_FLIGHT
+    monkeypatch.setattr(loader_stream, "DECODES_IN_FLIGHT", 3)  # (what loader_stage_probe's --in-flight sets)
+    assert DecodeAhead(device="cpu").in_flight == 3
 
 
 def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatch):

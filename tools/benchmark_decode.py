@@ -136,7 +136,7 @@ def orbbec_rates(files, batch, seconds, quick=False):
     import torch
 
     import orbbec.io as oio
-    from workloads import DecodeOneAhead, full_batches
+    from workloads import DecodeAhead, full_batches
 
     batches = full_batches(files, batch)
     sync = torch.cuda.synchronize
@@ -146,7 +146,7 @@ def orbbec_rates(files, batch, seconds, quick=False):
         out[name] = _rate(lambda b: oio._decode_cuda(b, "RGB", [None] * len(b), False, dev, path), batches, seconds,
                           sync, name)
     out["orbbec decode_jpeg cuda"] = _rate(lambda b: oio.decode_jpeg(b), batches, seconds, sync, "default")
-    ahead = DecodeOneAhead()
+    ahead = DecodeAhead(in_flight=2)  # (the row's name)
 
     def take_last_and_sync():
         ahead.drain()

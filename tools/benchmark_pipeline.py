@@ -12,8 +12,8 @@ Pipelines, each in its own process (its own CPU time and GPU memory):
   normalise on a side stream, prefetched), each JPEG decoded down to the last row its warp reads
   (partial_decode, its default; the share of rows decoded is printed under the table).
 - orbbec (every row): the same with partial_decode=False.
-- orbbec decode only: the GPU decoder alone, each batch started (orbbec.io.start_decode) before the one
-  before it is taken, as the loader drives it (the ceiling).
+- orbbec decode only: the GPU decoder alone, driven as the loader drives it (the ceiling): as many
+  batches started (orbbec.io.start_decode) as the loader keeps in flight before the oldest is taken.
 - DALI: external source of bytes; classification with decoders.image_random_crop (mixed) + resize +
   crop_mirror_normalize; face and det with decoders.image (mixed) + warp_affine on per-sample matrices
   (the same draws as orbbec's, made in the source callback) + crop_mirror_normalize; det boxes through
@@ -219,20 +219,20 @@ def rows_decoded(workload, items, n=2048):
 
 
 def run_decode_only(workload, items, batch, seconds, workers):
-    """The GPU decoder alone, driven as the loader drives it: each batch started before the one
-    before it is taken (start_decode), from bytes already in memory."""
+    """The GPU decoder alone, driven as the loader drives it (as many batches started as it keeps in
+    flight before the oldest is taken), from bytes already in memory."""
     from workloads import full_batches
 
-    return decode_one_ahead(full_batches([it["image"] for it in items], batch), seconds)
+    return decode_ahead(full_batches([it["image"] for it in items], batch), seconds)
 
 
-def decode_one_ahead(batches, seconds):
+def decode_ahead(batches, seconds):
     """images/s (and host cores busy) of the GPU decoder on `batches` in turn (lists of encoded
-    images or orbbec.io.PackedImages), each started before the one before it is taken."""
-    from workloads import DecodeOneAhead
+    images or orbbec.io.PackedImages), started as the loader starts them (workloads.DecodeAhead)."""
+    from workloads import DecodeAhead
 
     state = {"i": 0}
-    ahead = DecodeOneAhead()
+    ahead = DecodeAhead()
 
     def step():
         b = batches[state["i"] % len(batches)]

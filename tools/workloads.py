@@ -1,6 +1,8 @@
 """The benchmark workloads of docs/workloads.md: sample photographs and per-image matrices."""
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 WARP_WORKLOADS = {
@@ -154,25 +156,32 @@ def full_batches(seq, batch: int) -> list:
     return [seq[k:k + batch] for k in range(0, len(seq) - batch + 1, batch)]
 
 
-class DecodeOneAhead:
+class DecodeAhead:
     """Drives orbbec.io.start_decode as orbbec.data's loader does (and as DALI's prefetch queue
-    runs): each batch is started before the one before it is taken, so the decoder never waits for
-    the caller's Python. Calling it with a batch returns the images of the batch taken then (0 on the
-    first call); drain() takes the last one. A batch is a list of encoded images, or an
+    runs): up to `in_flight` batches started (by default the loader's DECODES_IN_FLIGHT, read when
+    built), the oldest taken once the newest is started, so the decoder never waits for the caller's
+    Python. Calling it with a batch returns the images of the batch taken then (0 while fewer are
+    started); drain() takes the rest. A batch is a list of encoded images, or an
     orbbec.io.PackedImages (one buffer, as the loader's workers pack it)."""
 
-    def __init__(self, device="cuda"):
-        self.device, self.ahead = device, None
+    def __init__(self, device="cuda", in_flight=None):
+        import orbbec.data._stream as loader_stream  # (its module, so that a probe's setting counts)
+
+        self.device = device
+        self.in_flight = loader_stream.DECODES_IN_FLIGHT if in_flight is None else in_flight
+        self.started = collections.deque()
 
     def __call__(self, batch) -> int:
         from orbbec.io import start_batch_decode
 
-        started = start_batch_decode(batch, device=self.device)  # (takes a list or a PackedImages)
-        taken = self.drain()
-        self.ahead = started
-        return taken
+        self.started.append(start_batch_decode(batch, device=self.device))  # (a list or a PackedImages)
+        return self._take() if len(self.started) >= self.in_flight else 0
+
+    def _take(self) -> int:
+        return len(self.started.popleft().result()[0])
 
     def drain(self) -> int:
-        taken = 0 if self.ahead is None else len(self.ahead.result()[0])
-        self.ahead = None
+        taken = 0
+        while self.started:
+            taken += self._take()
         return taken

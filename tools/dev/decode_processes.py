@@ -17,11 +17,11 @@ def one(workload, start_at, seconds, out):
     sys.path.insert(0, os.path.join(HERE, ".."))
     import torch
     from benchmark_pipeline import build_data
-    from workloads import DecodeOneAhead, full_batches
+    from workloads import DecodeAhead, full_batches
 
     items, batch = build_data(workload)
     batches = full_batches([it["image"] for it in items], batch)
-    ahead, i = DecodeOneAhead(), 0
+    ahead, i = DecodeAhead(), 0
     while time.time() < start_at:  # warm up until the shared window opens
         ahead(batches[i % len(batches)])
         i += 1

@@ -40,7 +40,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import orbbec  # noqa: E402,F401  (before CUDA starts: orbbec/common/cuda_connections.py)
-from benchmark_pipeline import (build_data, decode_one_ahead, forever, machine_jiffies, machine_share, measure,  # noqa: E402
+from benchmark_pipeline import (build_data, decode_ahead, forever, machine_jiffies, machine_share, measure,  # noqa: E402
                                 orbbec_transform, rows_to_decode_of, run_decode_only)
 from loader_records import (ARRIVALS, FRESH, MARKS, READY, STEPS, WAITS, WORKER_TIMES, CpuClock,  # noqa: E402
                             gap_summary, record_gaps, record_waits, record_worker_times, wait_summary, wrap_steps)
@@ -118,7 +118,7 @@ def run_decode_packed(items, batch, seconds, pinned):
         flat, offsets = pack_jpegs(files)
         t = torch.from_numpy(flat)
         packed.append(PackedImages((t.pin_memory() if pinned else t).numpy(), offsets))
-    return decode_one_ahead(packed, seconds)
+    return decode_ahead(packed, seconds)
 
 
 def _busy(duty, stop, seed):
