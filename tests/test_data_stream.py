@@ -50,14 +50,14 @@ def fake_gpu(monkeypatch):
     return log, failing
 
 
-def batches(n, worker_error_at=None, size=1):
-    """The workers' batches (of `size` samples) as the DataLoader hands them over; a worker's error is
-    raised by its iterator in the batch's place (torch re-raises it there)."""
+def batches(n, worker_error_at=None):
+    """The workers' batches as the DataLoader hands them over; a worker's error is raised by its
+    iterator in the batch's place (torch re-raises it there)."""
     for k in range(n):
         if k == worker_error_at:
             raise ValueError(f"worker failed on batch {k}")
-        yield types.SimpleNamespace(slot=None, extra={"seq": k}, indices=[k] * size, images=None, targets=None,
-                                    params=None, unpack=lambda slots: None)
+        yield types.SimpleNamespace(slot=None, extra={"seq": k}, indices=[k], images=None, targets=None, params=None,
+                                    unpack=lambda slots: None)
 
 
 def drain(items):
@@ -75,17 +75,15 @@ def drain(items):
         s.close()
 
 
-@pytest.mark.parametrize("size,k", [(1, 3), (stream.SMALL_BATCH, 3), (stream.SMALL_BATCH + 1, 2)])
-def test_oldest_is_handed_over_before_the_next_decode_starts(fake_gpu, size, k):
-    """Each batch's decode starts after the oldest started one is handed over, decodes_in_flight
-    (three small batches, two large ones) are started before the first hand-over, and every batch
-    comes out in order. (Starting the next before that hand-over was measured slower on det:
-    docs/dev/decode.md.)"""
+def test_oldest_is_handed_over_before_the_next_decode_starts(fake_gpu):
+    """Each batch's decode starts after the oldest started one is handed over, DECODES_IN_FLIGHT
+    are started before the first hand-over, and every batch comes out in order. (Starting the next
+    before that hand-over was measured slower on det: docs/dev/decode.md.)"""
     log, _ = fake_gpu
     n = 10
-    out, error = drain(batches(n, size=size))
+    out, error = drain(batches(n))
     assert error is None and out == list(range(n))
-    assert stream.decodes_in_flight(size) == k
+    k = stream.DECODES_IN_FLIGHT
     for j in range(k, n):
         assert log.index(("handed over", j - k)) < log.index(("start", j)), log
     assert log.index(("start", k - 1)) < log.index(("handed over", 0)), log

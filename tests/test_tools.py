@@ -196,21 +196,11 @@ def test_decode_ahead_keeps_the_loaders_batches_in_flight_and_takes_each_once(in
 
 
 def test_decode_ahead_follows_the_loaders_depth_by_default(monkeypatch):
-    # Decoding alone, the benchmark's ceiling, keeps as many batches in flight as the loader would
-    # for batches of that size (three of 64 images or fewer, two of more).
-    from jpeg_files import encode, photo
-
     import orbbec.data._stream as loader_stream
 
-    assert loader_stream.decodes_in_flight(64) == 3 and loader_stream.decodes_in_flight(65) == 2
-    jpeg = encode(photo(0, (32, 32)))
-    for size, depth in ((loader_stream.SMALL_BATCH, 3), (loader_stream.SMALL_BATCH + 1, 2)):
-        ahead = DecodeAhead(device="cpu")
-        assert [ahead([jpeg] * size) for _ in range(4)] == [0] * (depth - 1) + [size] * (5 - depth)
-        assert ahead.drain() == size * (depth - 1)
-    monkeypatch.setattr(loader_stream, "SMALL_BATCH_DECODES_IN_FLIGHT", 4)  # (what the probe's --in-flight sets)
-    ahead = DecodeAhead(device="cpu")
-    assert [ahead([jpeg] * 8) for _ in range(4)] == [0, 0, 0, 8]
+    assert DecodeAhead(device="cpu").in_flight == loader_stream.DECODES_IN_FLIGHT
+    monkeypatch.setattr(loader_stream, "DECODES_IN_FLIGHT", 3)  # (what loader_stage_probe's --in-flight sets)
+    assert DecodeAhead(device="cpu").in_flight == 3
 
 
 def test_worker_times_are_recorded_per_batch_and_summed_up_per_worker(monkeypatch):

@@ -158,23 +158,24 @@ def full_batches(seq, batch: int) -> list:
 
 class DecodeAhead:
     """Drives orbbec.io.start_decode as orbbec.data's loader does (and as DALI's prefetch queue
-    runs): up to `in_flight` batches started (by default as many as the loader keeps for a batch of
-    that size, decodes_in_flight), the oldest taken once the newest is started, so the decoder never
-    waits for the caller's Python. Calling it with a batch returns the images of the batch taken then (0 while fewer are
+    runs): up to `in_flight` batches started (by default the loader's DECODES_IN_FLIGHT, read when
+    built), the oldest taken once the newest is started, so the decoder never waits for the caller's
+    Python. Calling it with a batch returns the images of the batch taken then (0 while fewer are
     started); drain() takes the rest. A batch is a list of encoded images, or an
     orbbec.io.PackedImages (one buffer, as the loader's workers pack it)."""
 
     def __init__(self, device="cuda", in_flight=None):
-        self.device, self.in_flight = device, in_flight
+        import orbbec.data._stream as loader_stream  # (its module, so that a probe's setting counts)
+
+        self.device = device
+        self.in_flight = loader_stream.DECODES_IN_FLIGHT if in_flight is None else in_flight
         self.started = collections.deque()
 
     def __call__(self, batch) -> int:
-        from orbbec.data._stream import decodes_in_flight
         from orbbec.io import start_batch_decode
 
         self.started.append(start_batch_decode(batch, device=self.device))  # (a list or a PackedImages)
-        limit = decodes_in_flight(len(batch)) if self.in_flight is None else self.in_flight
-        return self._take() if len(self.started) >= limit else 0
+        return self._take() if len(self.started) >= self.in_flight else 0
 
     def _take(self) -> int:
         return len(self.started.popleft().result()[0])

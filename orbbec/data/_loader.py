@@ -18,8 +18,7 @@ from ._shared import SlotTable
 from ._stages import assemble
 from ._epoch import CudaEpoch, Epoch, Timing
 from ._keys import Keys, Plan, keys_of
-from . import _stream
-from ._stream import RECEIVED_DEPTH, Counters, GpuStream, start_workers
+from ._stream import DECODES_IN_FLIGHT, RECEIVED_DEPTH, Counters, GpuStream, start_workers
 
 # The side stream's priority. High (-1): the decoder's kernels and copies are short and the training
 # step waits for them; behind a step's long kernels they would stretch the decode of every batch.
@@ -163,8 +162,7 @@ class GPULoader:
             # A worker's batches in flight: its prefetch in the DataLoader plus, at most, all those the
             # loader's threads hold before their release; slots are allocated only when used, so the
             # spare ones cost nothing.
-            in_flight = max(_stream.DECODES_IN_FLIGHT, _stream.SMALL_BATCH_DECODES_IN_FLIGHT)  # (a last batch is small)
-            slots = SlotTable(self.num_workers, self.prefetch + RECEIVED_DEPTH + in_flight, pin=pin)
+            slots = SlotTable(self.num_workers, self.prefetch + RECEIVED_DEPTH + DECODES_IN_FLIGHT, pin=pin)
         self._cfg = _Config(dataset, transform, self.device, mode, on_error, ragged, box_min_visible, flip_pairs,
                             border_value, slots, bool(partial_decode))
         # pin_memory and persistent_workers are taken for DataLoader's sake and change nothing: the

@@ -28,20 +28,6 @@ DONE = object()
 # Batches started and not yet finished by the decoding thread: it starts batch N+1 before it takes
 # batch N (with the decode and its Python in turn, the decoder stood idle for a tenth of each batch).
 DECODES_IN_FLIGHT = 2
-# Small batches (SMALL_BATCH images or fewer) three: the engine decodes one in about 2 ms (det's 64
-# at 640 x 640), so the thread's Python between two of them (taking the GIL back, handing a batch
-# over, starting the next) is a larger share; with a third started, the decoder begins the next one
-# as soon as one finishes. Det's loader on an H200 (two alternated rounds): 25,241 / 24,577 img/s
-# with two, 26,213 / 25,415 with three. The decoder gives small batches a third set of engine
-# lanes to match (nvjpeg_decoder.cpp, kSmallBatchImages). Face's 256 ran slower with three in one
-# round, so large batches keep two.
-SMALL_BATCH = 64
-SMALL_BATCH_DECODES_IN_FLIGHT = 3
-
-
-def decodes_in_flight(images: int) -> int:
-    """Batches of `images` the decoding thread keeps started before it takes the oldest."""
-    return SMALL_BATCH_DECODES_IN_FLIGHT if images <= SMALL_BATCH else DECODES_IN_FLIGHT
 
 # Batches received from the workers and not yet started. The workers' batches arrive in order and
 # in bursts (one late worker holds back the batches after its own): with room for 2 the decoding
@@ -203,7 +189,7 @@ class GpuStream:
             self._put(e, self.received)
 
     def _decode(self):
-        """Starts each batch's decode, then finishes the oldest started one (decodes_in_flight), so
+        """Starts each batch's decode, then finishes the oldest started one (DECODES_IN_FLIGHT), so
         that the decoder works on one batch while this thread's Python takes the previous one's
         results and receives the next."""
         pending = []  # [batch, its started decode, seconds waited for it], started and not yet finished
@@ -222,7 +208,7 @@ class GpuStream:
                         t = time.perf_counter()
                         continue
                     pending.append((batch, started, waited))
-                    if len(pending) >= decodes_in_flight(len(batch.indices)) and not self._finish(*pending.pop(0)):
+                    if len(pending) >= DECODES_IN_FLIGHT and not self._finish(*pending.pop(0)):
                         return
                     t = time.perf_counter()
                 while pending:

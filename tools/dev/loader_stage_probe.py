@@ -306,8 +306,9 @@ def main():
         import orbbec.data._stages as stages
         stages._warp_in_decoder = lambda *args: None
     if a.in_flight:
+        import orbbec.data._loader as loader_module
         import orbbec.data._stream as stream
-        stream.DECODES_IN_FLIGHT = stream.SMALL_BATCH_DECODES_IN_FLIGHT = a.in_flight  # (the slots follow it)
+        stream.DECODES_IN_FLIGHT = loader_module.DECODES_IN_FLIGHT = a.in_flight  # (the slots follow it)
     if a.received_depth:
         import orbbec.data._loader as loader_module
         import orbbec.data._stream as stream

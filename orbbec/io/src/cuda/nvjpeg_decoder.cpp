@@ -120,10 +120,6 @@ int default_threads() {
 
 int requested_threads = 0;
 
-// The largest batch that takes the lanes of three calls in turn (begin()); the same bound as
-// orbbec/data/_stream.py's SMALL_BATCH, under which the loader keeps three batches in flight.
-constexpr size_t kSmallBatchImages = 64;
-
 class Decoder;
 
 // Counts one batch's hardware submissions (nvjpegDecodeBatched calls) down. The next batch's
@@ -151,7 +147,7 @@ struct Batch : StartedBatch {
   std::vector<ImagePlan> plans;
   PathLists paths;
   std::vector<std::vector<size_t>> chunks;  // hardware batches (one per lane)
-  size_t first_lane = 0, lane_span = 1;  // its lanes: first_lane + job, modulo lane_span (begin())
+  size_t first_lane = 0;
   int clock_slot = -1;
   cudaStream_t current = nullptr;  // the caller's stream at begin: the results are handed to it
   std::vector<char> used;                // per worker: it ran a job of this batch
@@ -217,10 +213,9 @@ class Decoder {
     // batch's (for comparison; see SubmitLatch).
     if (const char* t = std::getenv("ORBBEC_NVJPEG_ENGINE_TURNS")) engine_turns_ = std::atoi(t) != 0;
     if (hw_handle_) {
-      // Three times the lanes one call uses: consecutive calls take them in turn (see begin()), two
-      // sets for large batches, all three for small ones. ORBBEC_NVJPEG_LANE_SETS=2 keeps two for all
-      // (for comparison); more than three are taken only by small batches.
-      int sets = 3;
+      // Twice the lanes one call uses, so that consecutive calls alternate (see begin());
+      // ORBBEC_NVJPEG_LANE_SETS=3: three times (a lane then waits for the call three back).
+      int sets = 2;
       if (const char* env = std::getenv("ORBBEC_NVJPEG_LANE_SETS")) sets = std::max(2, std::atoi(env));
       create_lanes(sets * max_lanes_);
     }
@@ -655,18 +650,8 @@ std::shared_ptr<Batch> Decoder::begin(const std::vector<EncodedImage>& images, J
   // submits (decode_hardware), so a call that took the other lane than the call before submits
   // while that call's batch is still in the engine, instead of leaving the engine idle for the
   // whole of nvjpegDecodeBatched's host work. At most one batch per lane is in flight, as before.
-  //
-  // A small batch (kSmallBatchImages or fewer) takes every lane set in turn (three), a large one two:
-  // orbbec.data's loader keeps three small batches in flight (decodes_in_flight), so that the next
-  // one is begun as soon as one finishes, and its lanes must not be those that the batch just
-  // finished still holds in the engine (with two sets its submissions waited for them, and a third
-  // batch in flight was slower: docs/dev/decode.md). Any lane is safe to take (each waits for its
-  // own previous batch), so calls of both sizes may mix.
-  if (!b->chunks.empty()) {  // (then there are lanes)
-    b->lane_span = n <= kSmallBatchImages ? lanes_.size() : std::min(lanes_.size(), 2 * static_cast<size_t>(max_lanes_));
-    b->first_lane = next_lane_ % b->lane_span;
-    next_lane_ = (b->first_lane + b->chunks.size()) % b->lane_span;
-  }
+  b->first_lane = next_lane_;
+  if (!b->chunks.empty()) next_lane_ = (next_lane_ + b->chunks.size()) % lanes_.size();
   b->clock_slot =
       b->chunks.empty() ? -1 : engine_clock_->begin_call(static_cast<int>(b->chunks.size()), paths.hardware_pixels);
   b->submitted = std::make_shared<SubmitLatch>(static_cast<int>(b->chunks.size()));
@@ -692,7 +677,7 @@ std::shared_ptr<Batch> Decoder::begin(const std::vector<EncodedImage>& images, J
           lane_wait_ns_ += nanoseconds_since(wait_start);
         }
         try {
-          decode_hardware(workers_[w], lanes_[(raw->first_lane + job) % raw->lane_span], *raw, static_cast<int>(job),
+          decode_hardware(workers_[w], lanes_[(raw->first_lane + job) % lanes_.size()], *raw, static_cast<int>(job),
                           raw->hybrid_seconds[w]);
         } catch (const std::exception& e) {
           for (size_t i : raw->chunks[job]) raw->out[i].error = e.what();
