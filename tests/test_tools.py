@@ -196,6 +196,8 @@ def test_decode_ahead_keeps_the_loaders_batches_in_flight_and_takes_each_once(in
 
 
 def test_decode_ahead_follows_the_loaders_depth_by_default(monkeypatch):
+    # Decoding alone keeps as many batches in flight as the loader's decoding thread, read from its
+    # module when the driver is made (so that a probe's setting reaches both).
     import orbbec.data._stream as loader_stream
 
     assert DecodeAhead(device="cpu").in_flight == loader_stream.DECODES_IN_FLIGHT

@@ -146,7 +146,7 @@ def orbbec_rates(files, batch, seconds, quick=False):
         out[name] = _rate(lambda b: oio._decode_cuda(b, "RGB", [None] * len(b), False, dev, path), batches, seconds,
                           sync, name)
     out["orbbec decode_jpeg cuda"] = _rate(lambda b: oio.decode_jpeg(b), batches, seconds, sync, "default")
-    ahead = DecodeAhead(in_flight=2)  # (the row's name)
+    ahead = DecodeAhead(in_flight=2)  # (two in flight: the row below names it one batch ahead)
 
     def take_last_and_sync():
         ahead.drain()
