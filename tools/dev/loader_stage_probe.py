@@ -152,13 +152,38 @@ def start_busy(count, duty, cores=0):
     return stop
 
 
+# CUDA's primary-context scheduling flags (how a thread waits for the GPU in a synchronising call).
+SCHEDULES = {"auto": 0, "spin": 1, "yield": 2, "blocking": 4}
+
+
+def cuda_schedule(name):
+    """Sets device 0's primary context flags before CUDA starts: --cuda-schedule. With "auto" (the
+    default) and fewer contexts than cores the driver spins in waits, nvJPEG's own inside
+    nvjpegDecodeBatched among them; "blocking" sleeps instead. Returns the flags read back."""
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    dev, flags, active = ctypes.c_int(0), ctypes.c_uint(0), ctypes.c_int(0)
+    for call in (lambda: cu.cuInit(0), lambda: cu.cuDeviceGet(ctypes.byref(dev), 0),
+                 lambda: cu.cuDevicePrimaryCtxSetFlags_v2(dev, SCHEDULES[name]),
+                 lambda: cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active))):
+        r = call()
+        if r != 0:
+            raise RuntimeError(f"--cuda-schedule: a CUDA driver call failed ({r})")
+    return f"flags {flags.value:#x}, context active {active.value}"
+
+
 def host_ms_per_call(before):
     """The decoder's host time per call (ms) since the decoder_stats() reading `before`, by phase."""
     from orbbec.io import decoder_stats
 
     ha, hb = before["host_seconds"], decoder_stats()["host_seconds"]
     calls = max(hb["calls"] - ha["calls"], 1)
-    return {k: round((hb[k] - ha[k]) / calls * 1e3, 2) for k in hb if k != "calls"}
+    out = {k: round((hb[k] - ha[k]) / calls * 1e3, 2) for k in hb if k != "calls"}
+    # The decoder's running estimate of the engine's pace (CUDA events around its batches): whether
+    # the engine itself decodes slower beside the loader's work than alone.
+    out["engine Mpx/s"] = round(decoder_stats()["hardware_pixels_per_s"] / 1e6)
+    return out
 
 
 def start_worker_load(workload, workers, rate):
@@ -285,7 +310,11 @@ def main():
     ap.add_argument("--gaps", action="store_true", help="the decoding thread's waits and Python per batch")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (seconds)")
     ap.add_argument("--worker-load", type=float, default=0.0, help="batches/s of workers beside it (see above)")
+    ap.add_argument("--cuda-schedule", choices=tuple(SCHEDULES), default=None,
+                    help="the primary context's scheduling flag, set before CUDA starts (see cuda_schedule)")
     a = ap.parse_args()
+    if a.cuda_schedule:
+        print(f"  CUDA schedule: {cuda_schedule(a.cuda_schedule)}", flush=True)
     load = start_worker_load(a.workload, a.workers, a.worker_load) if a.worker_load else None
     if a.switch_interval:
         sys.setswitchinterval(a.switch_interval)
