@@ -31,10 +31,20 @@ class Started:
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """The stream's GPU calls faked; returns (log, set of batches whose decode fails)."""
+    """The stream's GPU calls faked; returns (log, set of batches whose decode fails). Only this
+    file's batches (FAKE in their extra) take the fakes: a stream an earlier test left reading ahead
+    (its loader not yet collected) may still call the module's functions while a test here runs,
+    and once its batches' starts landed in this test's log (under pytest -n 8)."""
     log, failing = [], set()
+    real_start, real_finish = stream.start_decode_batch, stream.finish_decode
+    real_augment, real_move = stream.augment_batch, stream._pin_and_move
+
+    def start(cfg, batch):
+        return Started(batch, log, failing) if FAKE in batch.extra else real_start(cfg, batch)
 
     def finish(cfg, batch, started):
+        if FAKE not in batch.extra:
+            return real_finish(cfg, batch, started)
         started.result()
         log.append(("handed over", batch.extra["seq"]))
 
@@ -42,12 +52,15 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "Event", lambda: types.SimpleNamespace(record=lambda s=None: None))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: types.SimpleNamespace(wait_event=lambda e: None))
-    monkeypatch.setattr(stream, "start_decode_batch", lambda cfg, batch: Started(batch, log, failing))
+    monkeypatch.setattr(stream, "start_decode_batch", start)
     monkeypatch.setattr(stream, "finish_decode", finish)
-    monkeypatch.setattr(stream, "augment_batch", lambda cfg, batch: None)
-    monkeypatch.setattr(stream, "_pin_and_move", lambda batch, device: None)
+    monkeypatch.setattr(stream, "augment_batch", lambda cfg, b: None if FAKE in b.extra else real_augment(cfg, b))
+    monkeypatch.setattr(stream, "_pin_and_move", lambda b, device: None if FAKE in b.extra else real_move(b, device))
     monkeypatch.setattr(stream, "start_workers", iter)
     return log, failing
+
+
+FAKE = "test_data_stream"  # the key in a fake batch's extra
 
 
 def batches(n, worker_error_at=None):
@@ -56,8 +69,8 @@ def batches(n, worker_error_at=None):
     for k in range(n):
         if k == worker_error_at:
             raise ValueError(f"worker failed on batch {k}")
-        yield types.SimpleNamespace(slot=None, extra={"seq": k}, indices=[k], images=None, targets=None, params=None,
-                                    unpack=lambda slots: None)
+        yield types.SimpleNamespace(slot=None, extra={"seq": k, FAKE: True}, indices=[k], images=None, targets=None,
+                                    params=None, unpack=lambda slots: None)
 
 
 def drain(items):
