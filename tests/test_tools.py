@@ -292,3 +292,23 @@ def test_mapped_library_names_a_loaded_library_and_none_for_an_absent_one():
     libc = mapped_library("libc.so") or mapped_library("libc-")
     assert libc is not None and os.path.exists(libc), "the C library is mapped into every Linux process"
     assert mapped_library("liborbbec-no-such-library") is None
+
+
+def test_copy_load_copies_each_batchs_sources_in_turn_into_its_slots():
+    """tools/dev/copy_load.py's copier: each batch the next BATCH sources (round and round), back to
+    back in the next slot; it stops after the batches asked for and counts them."""
+    import multiprocessing as mp
+
+    import copy_load
+    import numpy as np
+
+    src = copy_load.sources(count=10, nbytes=100, seed=3)
+    stop, done = mp.Event(), mp.Value("q", 0)
+    slots = copy_load.copier(src, 1e6, stop, done, seed=0, batches=3)
+    assert done.value == 3
+    for n in range(3):
+        first = n * copy_load.BATCH
+        want = np.concatenate([src[(first + k) % 10] for k in range(copy_load.BATCH)])
+        assert np.array_equal(slots[n][:want.size], want), n
+    stop.set()
+    assert copy_load.copier(src, 1e6, stop, done, seed=1, batches=5) is not None and done.value == 3

@@ -28,7 +28,11 @@ phases): with --mode decode, whether decoding alone slows down under the CPU loa
 workers (24 workers at about 7.5 ms of CPU per batch of 128, every 24th batch: --busy 24 --duty 0.1).
 --worker-load R: beside it, in another process, --workers real GPU-loader workers making R batches a
 second with nothing decoding them (tools/dev/worker_batch_time.py --rate): with --mode decode, whether
-the workers' load on the host alone (not the loader's Python in this process) slows decoding alone."""
+the workers' load on the host alone (not the loader's Python in this process) slows decoding alone.
+--copy-load R: beside it, --workers processes copying det-sized batches of bytes into slots, R batches a
+second in all, and nothing else (tools/dev/copy_load.py): the workers' memory traffic without their
+Python, to set beside --worker-load and --busy.
+--cuda-schedule S: the CUDA context's scheduling flag (see cuda_schedule)."""
 import argparse
 import os
 import signal
@@ -42,6 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import orbbec  # noqa: E402,F401  (before CUDA starts: orbbec/common/cuda_connections.py)
 from benchmark_pipeline import (build_data, decode_ahead, forever, machine_jiffies, machine_share, measure,  # noqa: E402
                                 orbbec_transform, rows_to_decode_of, run_decode_only)
+import copy_load  # noqa: E402
 from loader_records import (ARRIVALS, FRESH, MARKS, READY, STEPS, WAITS, WORKER_TIMES, CpuClock,  # noqa: E402
                             gap_summary, record_gaps, record_waits, record_worker_times, wait_summary, wrap_steps)
 
@@ -310,6 +315,7 @@ def main():
     ap.add_argument("--gaps", action="store_true", help="the decoding thread's waits and Python per batch")
     ap.add_argument("--switch-interval", type=float, default=0.0, help="sys.setswitchinterval (seconds)")
     ap.add_argument("--worker-load", type=float, default=0.0, help="batches/s of workers beside it (see above)")
+    ap.add_argument("--copy-load", type=float, default=0.0, help="batches/s of copies beside it (see above)")
     ap.add_argument("--cuda-schedule", choices=tuple(SCHEDULES), default=None,
                     help="the primary context's scheduling flag, set before CUDA starts (see cuda_schedule)")
     a = ap.parse_args()
@@ -321,6 +327,7 @@ def main():
     if a.gaps:
         record_gaps()
     stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
+    copies = copy_load.start(a.copy_load, a.workers) + (time.perf_counter(),) if a.copy_load else None
     j0 = machine_jiffies()
     if a.per_sample_draws:
         import orbbec.augment as augment
@@ -362,6 +369,9 @@ def main():
         stop.set()
     if load is not None:
         print("    worker load beside: " + stop_worker_load(*load), flush=True)
+    if copies is not None:
+        copies[0].set()
+        print(f"    copy load beside: {copies[1].value / (time.perf_counter() - copies[2]):.0f} batches/s", flush=True)
     busy = f" busy {a.busy}x{a.duty:g}" + (f" on {a.busy_cores} cores" if a.busy_cores else "") if a.busy else ""
     life = machine_share(j0, machine_jiffies())
     print(f"{a.workload:12s} {a.mode:9s}{busy} {r:8,.0f} img/s  (process life: machine {life['machine_cores_busy']:.1f} "
