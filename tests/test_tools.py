@@ -304,11 +304,11 @@ def test_copy_load_copies_each_batchs_sources_in_turn_into_its_slots():
 
     src = copy_load.sources(count=10, nbytes=100, seed=3)
     stop, done = mp.Event(), mp.Value("q", 0)
-    slots = copy_load.copier(src, 1e6, stop, done, seed=0, batches=3)
+    slots = copy_load.copier(src, copy_load.BATCH, 1e6, stop, done, seed=0, batches=3)
     assert done.value == 3
     for n in range(3):
         first = n * copy_load.BATCH
         want = np.concatenate([src[(first + k) % 10] for k in range(copy_load.BATCH)])
         assert np.array_equal(slots[n][:want.size], want), n
     stop.set()
-    assert copy_load.copier(src, 1e6, stop, done, seed=1, batches=5) is not None and done.value == 3
+    assert copy_load.copier(src, copy_load.BATCH, 1e6, stop, done, seed=1, batches=5) is not None and done.value == 3

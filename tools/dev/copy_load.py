@@ -1,5 +1,6 @@
 """The memory traffic of the loader's workers without their Python: processes that copy a batch's
-JPEG bytes into reusable slots at the loader's pace, as HostBatch.pack does, and nothing else.
+JPEG bytes into reusable slots at the loader's pace, as HostBatch.pack does, and nothing else
+(loader_stage_probe.py hands it the workload's own JPEGs; alone it copies det-sized buffers).
 
 Beside decoding alone (`loader_stage_probe.py --mode decode --copy-load R`), it tells whether the
 workers' copies, rather than their CPU time, slow the decoder: the workers' whole load in another
@@ -14,9 +15,9 @@ import time
 
 import numpy as np
 
-# det's batch: 64 JPEGs of 640 x 640 at quality 90, about 80 KB each, from a set of 256 (the
+# det's batch: 64 JPEGs of 640 x 640 at quality 90, about 64 KB each, from a set of 256 (the
 # benchmark's dataset, shared by the forked workers); each worker keeps a few slots of its own.
-IMAGE_BYTES = 80_000
+IMAGE_BYTES = 64_000
 BATCH = 64
 SOURCES = 256
 SLOTS = 4
@@ -29,7 +30,7 @@ def sources(count=SOURCES, nbytes=IMAGE_BYTES, seed=0):
     return [rng.integers(0, 256, nbytes, dtype=np.uint8) for _ in range(count)]
 
 
-def copy_batch(src, first, slot, batch=BATCH):
+def copy_batch(src, first, slot, batch):
     """Copies sources first, first + 1, ... (round and round) one after another into `slot`; returns
     the bytes copied."""
     pos = 0
@@ -40,10 +41,10 @@ def copy_batch(src, first, slot, batch=BATCH):
     return pos
 
 
-def copier(src, rate, stop, done, seed, batches=None):
-    """One process: a batch every 1 / rate seconds into its slots in turn (a random phase), until
-    `stop` is set or `batches` are done; counts its batches in `done`."""
-    slots = [np.empty(BATCH * max(b.size for b in src), np.uint8) for _ in range(SLOTS)]
+def copier(src, batch, rate, stop, done, seed, batches=None):
+    """One process: a batch of `batch` sources every 1 / rate seconds into its slots in turn (a
+    random phase), until `stop` is set or `batches` are done; counts its batches in `done`."""
+    slots = [np.empty(batch * max(b.size for b in src), np.uint8) for _ in range(SLOTS)]
     period = 1.0 / rate
     t = time.perf_counter() + np.random.default_rng(seed).random() * period
     n = 0
@@ -51,7 +52,7 @@ def copier(src, rate, stop, done, seed, batches=None):
         wait = t - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        copy_batch(src, (seed * 7 + n) * BATCH, slots[n % SLOTS])
+        copy_batch(src, (seed * 7 + n) * batch, slots[n % SLOTS], batch)
         n += 1
         with done.get_lock():
             done.value += 1
@@ -59,14 +60,15 @@ def copier(src, rate, stop, done, seed, batches=None):
     return slots
 
 
-def start(rate, processes=32):
-    """`processes` copiers making `rate` batches a second in all (forked before CUDA starts here);
-    returns (stop event, shared batch count)."""
+def start(rate, processes=32, src=None, batch=BATCH):
+    """`processes` copiers making `rate` batches of `batch` buffers of `src` (uint8 arrays; default
+    det-sized random ones) a second in all, forked (before CUDA starts in the caller); returns (stop
+    event, shared batch count)."""
     ctx = mp.get_context("fork")
-    src = sources()
+    src = sources() if src is None else src
     stop, done = ctx.Event(), ctx.Value("q", 0)
     for k in range(processes):
-        ctx.Process(target=copier, args=(src, rate / processes, stop, done, k), daemon=True).start()
+        ctx.Process(target=copier, args=(src, batch, rate / processes, stop, done, k), daemon=True).start()
     return stop, done
 
 
@@ -80,7 +82,8 @@ def main():
     time.sleep(a.seconds)
     stop.set()
     mb = BATCH * IMAGE_BYTES / 1e6
-    print(f"{done.value / a.seconds:.0f} batches/s of {mb:.1f} MB ({done.value / a.seconds * mb / 1e3:.2f} GB/s copied)")
+    rate = done.value / a.seconds
+    print(f"{rate:.0f} batches/s of {mb:.1f} MB ({rate * mb / 1e3:.2f} GB/s copied)")
 
 
 if __name__ == "__main__":

@@ -29,9 +29,9 @@ workers (24 workers at about 7.5 ms of CPU per batch of 128, every 24th batch: -
 --worker-load R: beside it, in another process, --workers real GPU-loader workers making R batches a
 second with nothing decoding them (tools/dev/worker_batch_time.py --rate): with --mode decode, whether
 the workers' load on the host alone (not the loader's Python in this process) slows decoding alone.
---copy-load R: beside it, --workers processes copying det-sized batches of bytes into slots, R batches a
-second in all, and nothing else (tools/dev/copy_load.py): the workers' memory traffic without their
-Python, to set beside --worker-load and --busy.
+--copy-load R: beside it, --workers processes copying the workload's batches of JPEG bytes into
+slots, R batches a second in all, and nothing else (tools/dev/copy_load.py): the workers' memory
+traffic without their Python, to set beside --worker-load and --busy.
 --cuda-schedule S: the CUDA context's scheduling flag (see cuda_schedule)."""
 import argparse
 import os
@@ -327,7 +327,6 @@ def main():
     if a.gaps:
         record_gaps()
     stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
-    copies = copy_load.start(a.copy_load, a.workers) + (time.perf_counter(),) if a.copy_load else None
     j0 = machine_jiffies()
     if a.per_sample_draws:
         import orbbec.augment as augment
@@ -350,6 +349,11 @@ def main():
         import orbbec.data._stream as stream
         stream.RECEIVED_DEPTH = loader_module.RECEIVED_DEPTH = a.received_depth  # (the slots follow it)
     items, batch = build_data(a.workload)
+    copies = None
+    if a.copy_load:  # the workload's own JPEGs, copied as its workers would (before CUDA starts)
+        import numpy as np
+        src = [np.frombuffer(it["image"], np.uint8) for it in items]  # (views of the dataset's bytes)
+        copies = copy_load.start(a.copy_load, a.workers, src, batch) + (time.perf_counter(),)
     if a.cut_rows:
         items = cut_items(a.workload, items)
     if a.mode == "decode":
@@ -371,7 +375,8 @@ def main():
         print("    worker load beside: " + stop_worker_load(*load), flush=True)
     if copies is not None:
         copies[0].set()
-        print(f"    copy load beside: {copies[1].value / (time.perf_counter() - copies[2]):.0f} batches/s", flush=True)
+        rate = copies[1].value / (time.perf_counter() - copies[2])
+        print(f"    copy load beside: {rate:.0f} batches/s", flush=True)
     busy = f" busy {a.busy}x{a.duty:g}" + (f" on {a.busy_cores} cores" if a.busy_cores else "") if a.busy else ""
     life = machine_share(j0, machine_jiffies())
     print(f"{a.workload:12s} {a.mode:9s}{busy} {r:8,.0f} img/s  (process life: machine {life['machine_cores_busy']:.1f} "
