@@ -39,11 +39,14 @@ def fake_gpu(monkeypatch):
     real_start, real_finish = stream.start_decode_batch, stream.finish_decode
     real_augment, real_move = stream.augment_batch, stream._pin_and_move
 
+    def ours(batch):
+        return FAKE in batch.extra
+
     def start(cfg, batch):
-        return Started(batch, log, failing) if FAKE in batch.extra else real_start(cfg, batch)
+        return Started(batch, log, failing) if ours(batch) else real_start(cfg, batch)
 
     def finish(cfg, batch, started):
-        if FAKE not in batch.extra:
+        if not ours(batch):
             return real_finish(cfg, batch, started)
         started.result()
         log.append(("handed over", batch.extra["seq"]))
@@ -54,8 +57,8 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: types.SimpleNamespace(wait_event=lambda e: None))
     monkeypatch.setattr(stream, "start_decode_batch", start)
     monkeypatch.setattr(stream, "finish_decode", finish)
-    monkeypatch.setattr(stream, "augment_batch", lambda cfg, b: None if FAKE in b.extra else real_augment(cfg, b))
-    monkeypatch.setattr(stream, "_pin_and_move", lambda b, device: None if FAKE in b.extra else real_move(b, device))
+    monkeypatch.setattr(stream, "augment_batch", lambda cfg, b: None if ours(b) else real_augment(cfg, b))
+    monkeypatch.setattr(stream, "_pin_and_move", lambda b, device: None if ours(b) else real_move(b, device))
     monkeypatch.setattr(stream, "start_workers", iter)
     return log, failing
 

@@ -14,6 +14,9 @@ import multiprocessing as mp
 import time
 
 import numpy as np
+import torch
+
+from orbbec._library import _C
 
 # det's batch: 64 JPEGs of 640 x 640 at quality 90, about 64 KB each, from a set of 256 (the
 # benchmark's dataset, shared by the forked workers); each worker keeps a few slots of its own.
@@ -31,14 +34,10 @@ def sources(count=SOURCES, nbytes=IMAGE_BYTES, seed=0):
 
 
 def copy_batch(src, first, slot, batch):
-    """Copies sources first, first + 1, ... (round and round) one after another into `slot`; returns
-    the bytes copied."""
-    pos = 0
-    for k in range(batch):
-        b = src[(first + k) % len(src)]
-        slot[pos:pos + b.size] = b
-        pos += b.size
-    return pos
+    """Copies sources first, first + 1, ... (round and round) one after another into `slot` with the
+    workers' own copy (pack_buffers, so ORBBEC_PACK_STREAMING applies here too); returns the bytes
+    copied."""
+    return _C.pack_buffers([src[(first + k) % len(src)] for k in range(batch)], torch.from_numpy(slot))[-1]
 
 
 def copier(src, batch, rate, stop, done, seed, batches=None):

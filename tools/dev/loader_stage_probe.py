@@ -182,12 +182,13 @@ def host_ms_per_call(before):
     """The decoder's host time per call (ms) since the decoder_stats() reading `before`, by phase."""
     from orbbec.io import decoder_stats
 
-    ha, hb = before["host_seconds"], decoder_stats()["host_seconds"]
+    now = decoder_stats()
+    ha, hb = before["host_seconds"], now["host_seconds"]
     calls = max(hb["calls"] - ha["calls"], 1)
     out = {k: round((hb[k] - ha[k]) / calls * 1e3, 2) for k in hb if k != "calls"}
     # The decoder's running estimate of the engine's pace (CUDA events around its batches). Not a
     # throughput: consecutive calls overlap in the engine (docs/dev/decode.md, "Det's gap taken apart").
-    out["engine Mpx/s"] = round(decoder_stats()["hardware_pixels_per_s"] / 1e6)
+    out["engine Mpx/s"] = round(now["hardware_pixels_per_s"] / 1e6)
     return out
 
 

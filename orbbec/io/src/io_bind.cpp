@@ -118,10 +118,12 @@ py::list pack_buffers(const py::list& data, const torch::Tensor& out, const py::
     size_t pos = 0;
     for (size_t i = 0; i < n; ++i) {
       offsets[i] = pos;
-      if (views[i].size && streaming) {
-        streaming_copy(dst + pos, views[i].data, views[i].size);
-      } else if (views[i].size) {
-        std::memcpy(dst + pos, views[i].data, views[i].size);
+      if (views[i].size) {
+        if (streaming) {
+          streaming_copy(dst + pos, views[i].data, views[i].size);
+        } else {
+          std::memcpy(dst + pos, views[i].data, views[i].size);
+        }
       }
       if (cut[i].first >= 0) {  // the frame header's height: 2 bytes, big-endian, 5 bytes after its FF
         dst[pos + cut[i].first + 5] = static_cast<uint8_t>(cut[i].second >> 8);
