@@ -312,3 +312,21 @@ def test_copy_load_copies_each_batchs_sources_in_turn_into_its_slots():
         assert np.array_equal(slots[n][:want.size], want), n
     stop.set()
     assert copy_load.copier(src, copy_load.BATCH, 1e6, stop, done, seed=1, batches=5) is not None and done.value == 3
+
+
+def test_engine_use_summarises_only_the_samples_inside_the_window():
+    """tools/dev/engine_use.py: the means, extremes and count of the samples between t0 and t1 (NVML
+    itself is absent here: the samples are set by hand), and a plain line where NVML cannot load."""
+    import engine_use
+
+    use = engine_use.EngineUse.__new__(engine_use.EngineUse)
+    use.error = None
+    use.samples = [(0.5, 10, 90), (1.0, 80, 20), (2.0, 100, None), (3.5, 0, 0)]
+    line = use.summary(1.0, 3.0)
+    assert "JPEG engines busy 90% (min 80, max 100, 2 distinct readings)" in line
+    assert "SMs busy 20% (min 20, max 20, 1 distinct readings)" in line
+    assert line.endswith("over 2 samples")
+    use.samples = []
+    assert "JPEG engines: no reading" in use.summary(0, 1)
+    use.error = "no driver"
+    assert use.summary(0, 1) == "engine use: unavailable (no driver)"

@@ -32,7 +32,10 @@ the workers' load on the host alone (not the loader's Python in this process) sl
 --copy-load R: beside it, --workers processes copying the workload's batches of JPEG bytes into
 slots, R batches a second in all, and nothing else (tools/dev/copy_load.py): the workers' memory
 traffic without their Python, to set beside --worker-load and --busy.
---cuda-schedule S: the CUDA context's scheduling flag (see cuda_schedule)."""
+--cuda-schedule S: the CUDA context's scheduling flag (see cuda_schedule).
+--engine-use: how busy NVML saw the JPEG engines and the SMs over the measured window
+(tools/dev/engine_use.py): engines near fully busy decoding alone make them the ceiling, and a loader
+that keeps them less busy leaves them waiting."""
 import argparse
 import os
 import signal
@@ -47,6 +50,7 @@ import orbbec  # noqa: E402,F401  (before CUDA starts: orbbec/common/cuda_connec
 from benchmark_pipeline import (build_data, decode_ahead, forever, machine_jiffies, machine_share, measure,  # noqa: E402
                                 orbbec_transform, rows_to_decode_of, run_decode_only)
 import copy_load  # noqa: E402
+from engine_use import EngineUse  # noqa: E402
 from loader_records import (ARRIVALS, FRESH, MARKS, READY, STEPS, WAITS, WORKER_TIMES, CpuClock,  # noqa: E402
                             gap_summary, record_gaps, record_waits, record_worker_times, wait_summary, wrap_steps)
 
@@ -319,6 +323,7 @@ def main():
     ap.add_argument("--copy-load", type=float, default=0.0, help="batches/s of copies beside it (see above)")
     ap.add_argument("--cuda-schedule", choices=tuple(SCHEDULES), default=None,
                     help="the primary context's scheduling flag, set before CUDA starts (see cuda_schedule)")
+    ap.add_argument("--engine-use", action="store_true", help="the JPEG engines' and SMs' busy share (see above)")
     a = ap.parse_args()
     if a.cuda_schedule:
         print(f"  CUDA schedule: {cuda_schedule(a.cuda_schedule)}", flush=True)
@@ -350,6 +355,7 @@ def main():
         import orbbec.data._stream as stream
         stream.RECEIVED_DEPTH = loader_module.RECEIVED_DEPTH = a.received_depth  # (the slots follow it)
     items, batch = build_data(a.workload)
+    use = EngineUse() if a.engine_use else None
     copies = None
     if a.copy_load:  # the workload's own JPEGs, copied as its workers would (before CUDA starts)
         import numpy as np
@@ -370,6 +376,7 @@ def main():
         tf = orbbec_transform(a.workload) if a.mode == "transform" else None
         r, t = run_loader(items, batch, a.seconds, a.workers, tf, cpu=a.cpu, worker_cores=a.worker_cores,
                           windows=a.windows, native_off_irq=a.native_off_irq)
+    t_end = time.perf_counter()  # the measured window is the last a.seconds before this
     if stop is not None:
         stop.set()
     if load is not None:
@@ -382,6 +389,8 @@ def main():
     life = machine_share(j0, machine_jiffies())
     print(f"{a.workload:12s} {a.mode:9s}{busy} {r:8,.0f} img/s  (process life: machine {life['machine_cores_busy']:.1f} "
           f"of {os.cpu_count()} cores busy, steal {life['steal']:.1%})  {t}", flush=True)
+    if use is not None:
+        print("    " + use.summary(t_end - a.seconds, t_end), flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
     if a.gaps:
