@@ -146,3 +146,22 @@ def test_receiving_thread_falls_back_to_next_for_other_iterators():
     items = iter([1, 2])
     take = stream.batch_taker(items)
     assert (take(), take()) == (1, 2)
+
+
+def test_starting_workers_keeps_a_heap_the_user_froze_frozen():
+    """start_workers freezes the collector around the fork and thaws it after; a user who had frozen
+    their heap (gc.freeze after setup, so that full collections skip it) keeps it frozen, and a heap
+    that was not frozen is thawed again."""
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    try:
+        assert list(stream.start_workers([1, 2])) == [1, 2]
+        assert gc.get_freeze_count() == 0
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        stream.start_workers([3])
+        assert gc.get_freeze_count() >= frozen
+    finally:
+        gc.unfreeze()

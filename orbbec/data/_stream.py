@@ -53,12 +53,15 @@ def start_workers(reader):
     """iter(reader), its workers forked (the first time) with the garbage collector frozen, so that a
     worker never collects what it inherits: a reference cycle holding a CUDA tensor, collected in a
     worker, freed it there, and CUDA aborted the forked process (seen in the CUDA tests; likely a
-    block used on another stream, whose free records CUDA events)."""
+    block used on another stream, whose free records CUDA events). A heap the user had frozen stays
+    frozen (gc.unfreeze would thaw all of it, not only what this froze)."""
+    user_froze = gc.get_freeze_count() > 0
     gc.freeze()
     try:
         return iter(reader)
     finally:
-        gc.unfreeze()
+        if not user_froze:
+            gc.unfreeze()
 
 
 def batch_taker(batches):

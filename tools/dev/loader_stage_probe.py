@@ -35,7 +35,12 @@ traffic without their Python, to set beside --worker-load and --busy.
 --cuda-schedule S: the CUDA context's scheduling flag (see cuda_schedule).
 --engine-use: how busy NVML saw the JPEG engines and the SMs over the measured window
 (tools/dev/engine_use.py): engines near fully busy decoding alone make them the ceiling, and a loader
-that keeps them less busy leaves them waiting."""
+that keeps them less busy leaves them waiting.
+--gc: every cyclic garbage collection of this process over the measured window, by generation, with
+its time (a full one holds the GIL for tens of milliseconds: no decode is started meanwhile).
+--gc-freeze: gc.collect() then gc.freeze() once the data is built, before CUDA and the loader start,
+as a user may after setup: full collections then scan only what came later (whether the loader's
+rate follows the collections' cost)."""
 import argparse
 import os
 import signal
@@ -52,7 +57,8 @@ from benchmark_pipeline import (build_data, decode_ahead, forever, machine_jiffi
 import copy_load  # noqa: E402
 from engine_use import EngineUse  # noqa: E402
 from loader_records import (ARRIVALS, FRESH, MARKS, READY, STEPS, WAITS, WORKER_TIMES, CpuClock,  # noqa: E402
-                            gap_summary, record_gaps, record_waits, record_worker_times, wait_summary, wrap_steps)
+                            collection_summary, gap_summary, record_collections, record_gaps, record_waits,
+                            record_worker_times, wait_summary, wrap_steps)
 
 
 def split_cores(worker_pids, n_worker_cores):
@@ -324,6 +330,8 @@ def main():
     ap.add_argument("--cuda-schedule", choices=tuple(SCHEDULES), default=None,
                     help="the primary context's scheduling flag, set before CUDA starts (see cuda_schedule)")
     ap.add_argument("--engine-use", action="store_true", help="the JPEG engines' and SMs' busy share (see above)")
+    ap.add_argument("--gc", action="store_true", help="this process's garbage collections (see above)")
+    ap.add_argument("--gc-freeze", action="store_true", help="freeze the heap once the data is built (see above)")
     a = ap.parse_args()
     if a.cuda_schedule:
         print(f"  CUDA schedule: {cuda_schedule(a.cuda_schedule)}", flush=True)
@@ -332,6 +340,8 @@ def main():
         sys.setswitchinterval(a.switch_interval)
     if a.gaps:
         record_gaps()
+    if a.gc:
+        record_collections()
     stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
     j0 = machine_jiffies()
     if a.per_sample_draws:
@@ -363,6 +373,10 @@ def main():
         copies = copy_load.start(a.copy_load, a.workers, src, batch) + (time.perf_counter(),)
     if a.cut_rows:
         items = cut_items(a.workload, items)
+    if a.gc_freeze:
+        import gc
+        gc.collect()
+        gc.freeze()
     if a.mode == "decode":
         from orbbec.io import decoder_stats
 
@@ -391,6 +405,8 @@ def main():
           f"of {os.cpu_count()} cores busy, steal {life['steal']:.1%})  {t}", flush=True)
     if use is not None:
         print("    " + use.summary(t_end - a.seconds, t_end), flush=True)
+    if a.gc:
+        print("    " + collection_summary(t_end - a.seconds, t_end), flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
     if a.gaps:
