@@ -330,3 +330,30 @@ def test_engine_use_summarises_only_the_samples_inside_the_window():
     assert "JPEG engines: no reading" in use.summary(0, 1)
     use.error = "no driver"
     assert use.summary(0, 1) == "engine use: unavailable (no driver)"
+
+
+def test_collections_are_timed_by_generation_within_the_window():
+    """tools/gc_pauses.py: each collection inside the with-block is recorded with its generation, and
+    the summary counts only those that ended inside the window it is given."""
+    import gc
+
+    from gc_pauses import Collections
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the collections below (explicit ones still run, and call the callbacks)
+    try:
+        with Collections() as gcs:
+            gc.collect(0)
+            t = time.perf_counter()
+            gc.collect(2)
+            gc.collect(1)
+        gc.collect(2)  # after the block: not recorded
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert [g for _, g, _, _ in gcs.records] == [0, 2, 1]
+    assert all(s >= 0 for _, _, s, _ in gcs.records)
+    line = gcs.summary()
+    assert line.startswith("garbage collections gen 0: 1 (") and ", gen 1: 1 (" in line and ", gen 2: 1 (" in line
+    assert line.endswith("full ones from MainThread")
+    assert gcs.summary(t, float("inf")).startswith("garbage collections gen 0: 0, gen 1: 1 (")

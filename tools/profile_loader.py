@@ -11,6 +11,8 @@
    loop that logs every N steps does; SGD is torch's fused one, with which GradScaler does not sync
    the host either. `--optimizer sgd --sync-each-step` gives the loop that syncs the host every step
    (GradScaler's check for infinities with the unfused optimizer, plus a wait for each step's end).
+   Under each mode, the process's garbage collections over the timed steps (a full one holds the GIL:
+   no launch, no loader thread, for its whole time).
 
     python tools/profile_loader.py [--data-dir IMAGEFOLDER] [--model resnet50] [--batch-size 256] [--workers 8]
 
@@ -32,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # their own work queues (orbbec/common/cuda_connections.py).
 from orbbec.io import decoder_stats  # noqa: E402
 from loaded_libraries import mapped_library  # noqa: E402
+from gc_pauses import Collections  # noqa: E402
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -198,13 +201,14 @@ def steps(args, items, transform):
                 decoder_alone(items, args.batch_size)
             feeds[name] = source()
         stats0 = decoder_stats() if source is orbbec else None
-        rate, step_ms, gap_ms, clocks = timed_steps(feeds[name], train, args.warmup, args.steps,
-                                                    args.sync_each_step)
+        rate, step_ms, gap_ms, clocks, collections = timed_steps(feeds[name], train, args.warmup, args.steps,
+                                                                 args.sync_each_step)
         rates.setdefault(name, []).append(rate)
         print(f"  {label:34s} {rate:8,.0f} images/s   GPU per step {step_ms:6.1f} ms, "
               f"gap between steps {gap_ms:5.2f} ms", flush=True)
         if clocks:
             print(f"    the GPU over the timed steps: {clocks}", flush=True)
+        print(f"    {collections}", flush=True)
         if source is orbbec and ld is not None:
             print(f"    orbbec loader, seconds per batch: {ld.timing()}", flush=True)
             stats1 = decoder_stats()
@@ -241,8 +245,9 @@ def loader_advice(synthetic, orbbec, decoder):
 
 def timed_steps(feed, train, warmup, steps, sync_each_step):
     """images/s over `steps` training steps after `warmup` ones; from events on the training stream,
-    the mean GPU time of a step and the mean gap from one step's end to the next one's start; and the
-    GPU's clock and power over those steps (gpu_clocks), or None without nvidia-smi."""
+    the mean GPU time of a step and the mean gap from one step's end to the next one's start; the
+    GPU's clock and power over those steps (gpu_clocks), or None without nvidia-smi; and the process's
+    garbage collections over those steps (gc_pauses)."""
     import torch
     from gpu_clocks import GpuClocks
 
@@ -252,7 +257,7 @@ def timed_steps(feed, train, warmup, steps, sync_each_step):
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(steps)]
     n, t0 = 0, time.perf_counter()
-    with GpuClocks(torch.cuda.current_device()) as clocks:
+    with GpuClocks(torch.cuda.current_device()) as clocks, Collections() as collections:
         for k in range(steps):
             x, y = next(feed)  # the training stream waits here for the loader's batch: inside the gap
             starts[k].record()
@@ -265,7 +270,7 @@ def timed_steps(feed, train, warmup, steps, sync_each_step):
     rate = n / (time.perf_counter() - t0)
     step_ms = np.mean([s.elapsed_time(e) for s, e in zip(starts, ends)])
     gap_ms = np.mean([e.elapsed_time(s) for e, s in zip(ends[:-1], starts[1:])])
-    return rate, step_ms, gap_ms, clocks.summary()
+    return rate, step_ms, gap_ms, clocks.summary(), collections.summary()
 
 
 def _print_decoder_phases(label, before, after):

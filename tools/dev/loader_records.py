@@ -157,41 +157,6 @@ def gap_summary():
     return "\n    ".join(spread(k) for k in ("wait", "between", "gil"))
 
 
-COLLECTIONS = []  # (perf_counter at its end, generation, seconds, the thread that triggered it) (--gc)
-
-
-def record_collections():
-    """Times every cyclic garbage collection of this process (gc.callbacks): a collection holds the
-    GIL throughout, so a full one (generation 2) stops the loader's threads between two decodes, and
-    the GPU's JPEG engines run dry once the batches already started are done."""
-    import gc
-    import threading
-
-    started = {}
-
-    def timed(phase, info):
-        if phase == "start":
-            started["t"] = time.perf_counter()
-        elif "t" in started:
-            t = time.perf_counter()
-            COLLECTIONS.append((t, info["generation"], t - started.pop("t"), threading.current_thread().name))
-    gc.callbacks.append(timed)
-
-
-def collection_summary(t0, t1):
-    """Collections that ended between perf_counter() t0 and t1, by generation, and the threads that
-    triggered the full ones."""
-    import gc
-
-    parts = []
-    for g in (0, 1, 2):
-        d = [s for t, gen, s, _ in COLLECTIONS if gen == g and t0 <= t <= t1]
-        parts.append(f"gen {g}: {len(d)}" + (f" ({sum(d) * 1e3:.1f} ms in all, longest {max(d) * 1e3:.1f})" if d else ""))
-    full = sorted({name for t, gen, _, name in COLLECTIONS if gen == 2 and t0 <= t <= t1})
-    return ("collections " + ", ".join(parts) + (f"; full ones from {', '.join(full)}" if full else "")
-            + f"; {len(gc.get_objects())} objects tracked")
-
-
 LONG_MS = 5.0  # a wait this long or longer is a stall
 
 

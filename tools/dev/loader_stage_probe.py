@@ -57,8 +57,8 @@ from benchmark_pipeline import (build_data, decode_ahead, forever, machine_jiffi
 import copy_load  # noqa: E402
 from engine_use import EngineUse  # noqa: E402
 from loader_records import (ARRIVALS, FRESH, MARKS, READY, STEPS, WAITS, WORKER_TIMES, CpuClock,  # noqa: E402
-                            collection_summary, gap_summary, record_collections, record_gaps, record_waits,
-                            record_worker_times, wait_summary, wrap_steps)
+                            gap_summary, record_gaps, record_waits, record_worker_times, wait_summary, wrap_steps)
+from gc_pauses import Collections  # noqa: E402
 
 
 def split_cores(worker_pids, n_worker_cores):
@@ -340,8 +340,7 @@ def main():
         sys.setswitchinterval(a.switch_interval)
     if a.gaps:
         record_gaps()
-    if a.gc:
-        record_collections()
+    gcs = Collections().start() if a.gc else None
     stop = start_busy(a.busy, a.duty, a.busy_cores) if a.busy else None
     j0 = machine_jiffies()
     if a.per_sample_draws:
@@ -405,8 +404,9 @@ def main():
           f"of {os.cpu_count()} cores busy, steal {life['steal']:.1%})  {t}", flush=True)
     if use is not None:
         print("    " + use.summary(t_end - a.seconds, t_end), flush=True)
-    if a.gc:
-        print("    " + collection_summary(t_end - a.seconds, t_end), flush=True)
+    if gcs is not None:
+        import gc
+        print(f"    {gcs.summary(t_end - a.seconds, t_end)}; {len(gc.get_objects())} objects tracked", flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
     if a.gaps:
