@@ -60,32 +60,6 @@ def test_pack_buffers_takes_every_buffer_form_and_refuses_what_does_not_fit():
         _C.pack_buffers([jpeg, 3], out)
 
 
-
-def test_pack_buffers_streaming_copy_writes_the_same_bytes(monkeypatch):
-    """ORBBEC_PACK_STREAMING=1 (the copy's stores bypass the caches, an experiment): the same slot,
-    byte for byte, as the ordinary copy, for buffers of every length around the 16- and 64-byte
-    steps at every destination alignment, heights written where cut, nothing past the end."""
-    from orbbec._library import _C
-    from orbbec.io._buffers import jpeg_frame
-
-    rng = np.random.default_rng(11)
-    jpeg = encode(photo(5, (96, 64)), quality=90)
-    frame = jpeg_frame(jpeg)
-    lengths = [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 4099]
-    for shift in range(17):  # the first buffer's length moves every later one's alignment
-        data = [rng.integers(0, 256, n + shift, dtype=np.uint8).tobytes() for n in lengths] + [jpeg]
-        cuts = [None] * len(lengths) + [(frame.offset, 40)]
-        total = sum(map(len, data))
-        slots = {}
-        for setting in ("0", "1"):
-            monkeypatch.setenv("ORBBEC_PACK_STREAMING", setting)
-            out = torch.full((total + 64,), 0xAB, dtype=torch.uint8)
-            slots[setting] = (_C.pack_buffers(data, out, cuts), out.numpy().copy())
-        assert slots["0"][0] == slots["1"][0]
-        assert np.array_equal(slots["0"][1], slots["1"][1]), shift
-        assert slots["1"][1][:total - len(jpeg)].tobytes() == b"".join(data[:-1])
-        assert (slots["1"][1][total:] == 0xAB).all()
-
 PARTIAL_TRANSFORMS = {
     "crop": [A.RandomResizedCrop(64), A.RandomHorizontalFlip()],
     "crop-vflip": [A.RandomResizedCrop((48, 80), scale=(0.05, 0.5)), A.RandomVerticalFlip()],

@@ -35,8 +35,7 @@ def sources(count=SOURCES, nbytes=IMAGE_BYTES, seed=0):
 
 def copy_batch(src, first, slot, batch):
     """Copies sources first, first + 1, ... (round and round) one after another into `slot` with the
-    workers' own copy (pack_buffers, so ORBBEC_PACK_STREAMING applies here too); returns the bytes
-    copied."""
+    workers' own copy (pack_buffers); returns the bytes copied."""
     return _C.pack_buffers([src[(first + k) % len(src)] for k in range(batch)], torch.from_numpy(slot))[-1]
 
 

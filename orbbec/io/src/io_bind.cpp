@@ -4,12 +4,10 @@
 #include <torch/extension.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 
 #include "io/src/jpeg_buffer.h"
-#include "io/src/streaming_copy.h"
 #ifdef WITH_NVJPEG
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -111,27 +109,18 @@ py::list pack_buffers(const py::list& data, const torch::Tensor& out, const py::
   }
   std::vector<size_t> offsets(n + 1, 0);
   uint8_t* dst = out.data_ptr<uint8_t>();
-  const char* streaming_env = std::getenv("ORBBEC_PACK_STREAMING");  // an experiment (streaming_copy.h)
-  const bool streaming = streaming_env != nullptr && std::atoi(streaming_env) != 0;
   {
     py::gil_scoped_release no_gil;
     size_t pos = 0;
     for (size_t i = 0; i < n; ++i) {
       offsets[i] = pos;
-      if (views[i].size) {
-        if (streaming) {
-          streaming_copy(dst + pos, views[i].data, views[i].size);
-        } else {
-          std::memcpy(dst + pos, views[i].data, views[i].size);
-        }
-      }
+      if (views[i].size) std::memcpy(dst + pos, views[i].data, views[i].size);
       if (cut[i].first >= 0) {  // the frame header's height: 2 bytes, big-endian, 5 bytes after its FF
         dst[pos + cut[i].first + 5] = static_cast<uint8_t>(cut[i].second >> 8);
         dst[pos + cut[i].first + 6] = static_cast<uint8_t>(cut[i].second & 0xFF);
       }
       pos += views[i].size;
     }
-    if (streaming) streaming_copy_done();
     offsets[n] = pos;
   }
   py::list result(n + 1);
