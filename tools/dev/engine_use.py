@@ -19,6 +19,8 @@ class _Rates(ctypes.Structure):
 
 class EngineUse:
     def __init__(self, index: int = 0, period_s: float = 0.05):
+        # index: NVML's numbering (by PCI bus), which CUDA_VISIBLE_DEVICES does not renumber; the GPU
+        # machine has one GPU, so 0.
         self.samples = []  # (perf_counter, jpg %, sm %); None where NVML had no figure
         self.error = None
         try:
