@@ -159,9 +159,9 @@ def test_starting_workers_keeps_a_heap_the_user_froze_frozen():
         assert list(stream.start_workers([1, 2])) == [1, 2]
         assert gc.get_freeze_count() == 0
         gc.freeze()
-        frozen = gc.get_freeze_count()
-        assert frozen > 0
+        assert gc.get_freeze_count() > 0
         stream.start_workers([3])
-        assert gc.get_freeze_count() >= frozen
+        # (still frozen: frozen objects freed since lower the count, a thaw would empty it)
+        assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
