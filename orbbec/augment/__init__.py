@@ -12,7 +12,7 @@ batches do not depend on the number of workers or GPUs, and `params` says what w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -61,10 +61,12 @@ class Normalize:
 @dataclass
 class Params:
     """What was drawn for a batch: forward matrices [B, 2, 3] (input pixel -> output pixel, float64),
-    the output (height, width), and each sample's parameters by transform."""
+    the output (height, width), and each sample's parameters by transform: a dict per sample, in a
+    list, or, where the draws were made for the whole batch at once, in a read-only sequence kept as
+    columns that reads, compares and prints as that list (list(params.samples) gives the list)."""
     matrices: torch.Tensor
     size: Tuple[int, int]
-    samples: List[dict] = field(default_factory=list)
+    samples: Sequence[dict] = field(default_factory=list)
 
 
 class Compose:
@@ -120,6 +122,8 @@ class Compose:
             return self._draw_one(rngs.for_index(indices[k]), sizes[k], k, targets, steps, colour)
         if self._batch_chain is not None and len(indices) >= BATCH_DRAW_MIN:
             mats, outs, samples, redo = draw_batch(self._batch_chain, sizes, indices, rngs.run_key, fits)
+            if redo:  # (rare: the columns' dicts made, the redrawn samples put in)
+                samples = list(samples)
             for k in redo:
                 mats[k], outs[k], samples[k] = one(k)
         else:

@@ -14,10 +14,11 @@ not depend on how numpy's matrix product orders or fuses them."""
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from typing import Dict, Optional
 
 import numpy as np
 
+from ._columns import SampleColumns
 from ._faces import AlignFaces
 from ._geometry import (_IDENTITY, RandomAffine, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
                         affine_entries, flip_matrices, scale_region)
@@ -109,7 +110,7 @@ def _crop_batch(t: RandomResizedCrop, streams: Streams, rows, h, w):
     return x, y, cw, ch
 
 
-def _flip(m: np.ndarray, flipped: List[bool], horizontal: bool, extent: np.ndarray) -> np.ndarray:
+def _flip(m: np.ndarray, flipped: np.ndarray, horizontal: bool, extent: np.ndarray) -> np.ndarray:
     """The flip's matrix (the identity where not flipped) times m, for every sample. The products are
     exact (entries -1, 0, 1 and whole numbers), so numpy's matmul gives the loop's bits however its
     BLAS orders or fuses them."""
@@ -134,8 +135,8 @@ def _uniform(streams: Streams, rows, low, high):
 
 
 def _affine_batch(t: RandomAffine, streams: Streams, rows, h, w):
-    """RandomAffine for every sample of rows: ([n, 3, 3], its parameter dicts), the draws in
-    RandomAffine.__call__'s order and the matrix by affine_entries, as the loop makes them."""
+    """RandomAffine for every sample of rows: ([n, 3, 3], its parameters' columns by name), the draws
+    in RandomAffine.__call__'s order and the matrix by affine_entries, as the loop makes them."""
     angle = _uniform(streams, rows, *t.degrees)
     tx = ty = np.zeros(len(rows))
     if t.translate is not None:
@@ -148,46 +149,44 @@ def _affine_batch(t: RandomAffine, streams: Streams, rows, h, w):
     m = np.zeros((len(rows), 3, 3))
     m[:, 0, 0], m[:, 0, 1], m[:, 0, 2], m[:, 1, 0], m[:, 1, 1], m[:, 1, 2] = entries
     m[:, 2, 2] = 1.0
-    infos = [{"angle": p[0], "translate": (p[1], p[2]), "scale": p[3], "shear": (p[4], p[5])}
-             for p in zip(angle.tolist(), tx.tolist(), ty.tolist(), s.tolist(), shx.tolist(), shy.tolist())]
-    return m, infos
+    # (the loop's names in its order; float64 columns read back as the loop's Python floats)
+    columns = {"angle": ("scalar", angle), "translate": ("tuple", np.stack([tx, ty], 1)), "scale": ("scalar", s),
+               "shear": ("tuple", np.stack([shx, shy], 1))}
+    return m, columns
 
 
 def draw_batch(chain: list, sizes, indices, run_key: int, fits=None):
-    """(matrices [n, 2, 3] float64, output (h, w) per sample, per-sample parameter dicts, rows to draw
-    again one by one) of `chain` (batched_chain's) for images of `sizes`; `fits`: AlignFaces.fit_batch's
-    matrices by id of the transform (Compose.draw makes them)."""
+    """(matrices [n, 2, 3] float64, output (h, w) per sample, the per-sample parameters (SampleColumns:
+    the loop's dicts, kept as columns), rows to draw again one by one) of `chain` (batched_chain's)
+    for images of `sizes`; `fits`: AlignFaces.fit_batch's matrices by id of the transform
+    (Compose.draw makes them)."""
     n = len(indices)
     streams = Streams(indices, run_key, WORDS)
     rows = np.arange(n)
     h = np.array([int(s[0]) for s in sizes], np.int64)
     w = np.array([int(s[1]) for s in sizes], np.int64)
     m: Optional[np.ndarray] = None
-    infos: List[dict] = [{} for _ in range(n)]
+    columns: Dict[str, tuple] = {}  # the loop's dict keys, in its order -> (kind, column)
     for t in chain:
         name = type(t).__name__ + "."
         if isinstance(t, RandomResizedCrop):
             x, y, cw, ch = _crop_batch(t, streams, rows, h, w)
             m = scale_region(x, y, cw, ch, t.size)
             h, w = np.full(n, t.size[0], np.int64), np.full(n, t.size[1], np.int64)
-            for info, crop in zip(infos, zip(x.tolist(), y.tolist(), cw.tolist(), ch.tolist())):
-                info[name + "crop"] = crop
+            columns[name + "crop"] = ("tuple", np.stack([x, y, cw, ch], 1))
         elif isinstance(t, RandomAffine):
             m, drawn = _affine_batch(t, streams, rows, h, w)
-            for info, p in zip(infos, drawn):
-                info.update((name + k, v) for k, v in p.items())
+            columns.update((name + k, v) for k, v in drawn.items())
         elif isinstance(t, AlignFaces):
             fit = (fits or {}).get(id(t)) or [None] * n
             m = t.matrices(fit, h, w)
             h, w = np.full(n, t.size, np.int64), np.full(n, t.size, np.int64)
-            for info, f in zip(infos, fit):
-                info[name + "valid"] = f is not None
+            columns[name + "valid"] = ("scalar", np.array([f is not None for f in fit], bool))
         else:
-            flipped = (streams.doubles(rows) < t.p).tolist()
+            flipped = streams.doubles(rows) < t.p
             # (a first flip times the identity is the flip's matrix exactly, as the loop takes it)
             m = _flip(np.broadcast_to(_IDENTITY, (n, 3, 3)) if m is None else m, flipped, t.horizontal,
                       w if t.horizontal else h)
-            for info, f in zip(infos, flipped):
-                info[name + t.key] = f
+            columns[name + t.key] = ("scalar", flipped)
     out = [(int(a), int(b)) for a, b in zip(h.tolist(), w.tolist())]
-    return m[:, :2], out, infos, np.flatnonzero(streams.redo).tolist()
+    return m[:, :2], out, SampleColumns(columns, n), np.flatnonzero(streams.redo).tolist()

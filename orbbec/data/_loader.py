@@ -12,6 +12,7 @@ import torch
 
 from ..common import ArgumentTypeError
 from ..common.cuda_connections import warn_if_cuda_started_first
+from ..augment._columns import as_list
 from . import _order
 from ._samples import HostBatch, prepare
 from ._shared import SlotTable
@@ -257,6 +258,8 @@ class GPULoader:
             pass
 
     def _output(self, batch: HostBatch):
+        if self.return_params and batch.params is not None:
+            batch.params.samples = as_list(batch.params.samples)  # (a batch's draws keep columns: augment/_columns.py)
         if batch.kind == "dict":
             out = {"image": batch.images, **batch.targets}
             if self.return_params:

@@ -12,6 +12,7 @@ from torch.utils.data import default_collate
 
 from .._library import _C
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
+from ..augment._columns import SampleColumns
 from ..augment._targets import stacked_arrays
 from ..common import ArgumentError
 from ..io._buffers import with_height
@@ -84,8 +85,13 @@ class HostBatch:
         return [flat[self.offsets[i]:self.offsets[i + 1]] if has else None for i, has in enumerate(self.encoded)]
 
 
-def _flipped(sample: dict) -> bool:
-    return bool(sample.get("RandomHorizontalFlip.hflip", False))
+def _flips(samples) -> List[bool]:
+    """Whether each sample was flipped left and right; from its column where the draw kept columns
+    (making the dicts would cost the worker what the columns save: augment/_columns.py)."""
+    key = "RandomHorizontalFlip.hflip"
+    if isinstance(samples, SampleColumns):
+        return samples.column(key).tolist() if key in samples.columns else [False] * len(samples)
+    return [bool(s.get(key, False)) for s in samples]
 
 
 def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> None:
@@ -132,7 +138,8 @@ def _rows_kept(v, keep: np.ndarray):
 def _drop_boxes_left_out(targets: List[dict], samples: List[dict]) -> None:
     """Drops the boxes (and their per-box keys) that a transform left out of its sample's params
     ("<Transform>.keep": RandomIoUCrop keeps the boxes whose centre lies in its crop)."""
-    if not any(name.endswith(".keep") for name in set().union(*samples)):
+    names = samples.columns if isinstance(samples, SampleColumns) else set().union(*samples)
+    if not any(name.endswith(".keep") for name in names):
         return  # (most chains: one look at the batch's names instead of every sample's)
     for target, sample in zip(targets, samples):
         for name, keep in sample.items():
@@ -286,7 +293,7 @@ def prepare(dataset, indices: List[int], *, transform, seed: int, epoch: int, bo
         collated = None
         if batch.params is not None:
             M, size = batch.params.matrices, batch.params.size
-            flipped = [_flipped(p) for p in batch.params.samples]
+            flipped = _flips(batch.params.samples)
             targets = [_move_keypoints(t, M, b, size, flipped[b], flip_pairs) for b, t in enumerate(targets)]
             warp_masks(targets, M, size, [s[2] for s in sources], indices, batch.errors)
             _drop_boxes_left_out(targets, batch.params.samples)
