@@ -11,7 +11,7 @@ them), so a SampleColumns reads, compares and prints as the loop's list does."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Iterable, Tuple
 
 import numpy as np
 
@@ -55,6 +55,19 @@ class SampleColumns(Sequence):
 
     def __repr__(self) -> str:
         return repr(self._made())
+
+
+def names_of(samples) -> Iterable[str]:
+    """The names any sample has, whichever way the samples are kept (one look at a batch's names)."""
+    return samples.columns if isinstance(samples, SampleColumns) else set().union(*samples)
+
+
+def values_of(samples, name: str, default) -> list:
+    """Each sample's value of `name` (`default` where it has none), read from the column where the
+    samples are kept as columns: making the dicts would cost a worker what the columns save."""
+    if isinstance(samples, SampleColumns):
+        return samples.column(name).tolist() if name in samples.columns else [default] * len(samples)
+    return [s.get(name, default) for s in samples]
 
 
 def as_list(samples: Any):

@@ -12,7 +12,7 @@ from torch.utils.data import default_collate
 
 from .._library import _C
 from ..augment import transform_boxes, transform_keypoints, transform_landmarks
-from ..augment._columns import SampleColumns
+from ..augment._columns import names_of, values_of
 from ..augment._targets import stacked_arrays
 from ..common import ArgumentError
 from ..io._buffers import with_height
@@ -86,12 +86,8 @@ class HostBatch:
 
 
 def _flips(samples) -> List[bool]:
-    """Whether each sample was flipped left and right; from its column where the draw kept columns
-    (making the dicts would cost the worker what the columns save: augment/_columns.py)."""
-    key = "RandomHorizontalFlip.hflip"
-    if isinstance(samples, SampleColumns):
-        return samples.column(key).tolist() if key in samples.columns else [False] * len(samples)
-    return [bool(s.get(key, False)) for s in samples]
+    """Whether each sample was flipped left and right."""
+    return [bool(f) for f in values_of(samples, "RandomHorizontalFlip.hflip", False)]
 
 
 def _move_boxes(targets: List[dict], M: torch.Tensor, size, box_min_visible) -> None:
@@ -138,8 +134,7 @@ def _rows_kept(v, keep: np.ndarray):
 def _drop_boxes_left_out(targets: List[dict], samples: List[dict]) -> None:
     """Drops the boxes (and their per-box keys) that a transform left out of its sample's params
     ("<Transform>.keep": RandomIoUCrop keeps the boxes whose centre lies in its crop)."""
-    names = samples.columns if isinstance(samples, SampleColumns) else set().union(*samples)
-    if not any(name.endswith(".keep") for name in names):
+    if not any(name.endswith(".keep") for name in names_of(samples)):
         return  # (most chains: one look at the batch's names instead of every sample's)
     for target, sample in zip(targets, samples):
         for name, keep in sample.items():

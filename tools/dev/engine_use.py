@@ -32,7 +32,6 @@ class EngineUse:
         except (OSError, RuntimeError) as e:  # no driver here: the summary says so instead
             self.error = str(e)
             return
-        self.stop = threading.Event()
         self.thread = threading.Thread(target=self._sample, args=(period_s,), name="engine-use", daemon=True)
         self.thread.start()
 
@@ -43,7 +42,7 @@ class EngineUse:
 
     def _sample(self, period_s):
         jpg, period, rates = ctypes.c_uint(), ctypes.c_uint(), _Rates()
-        while not self.stop.is_set():
+        while True:  # (a daemon thread: it ends with the probe's process)
             j = self.nvml.nvmlDeviceGetJpgUtilization(self.device, ctypes.byref(jpg), ctypes.byref(period))
             r = self.nvml.nvmlDeviceGetUtilizationRates(self.device, ctypes.byref(rates))
             self.samples.append((time.perf_counter(), jpg.value if j == 0 else None, rates.gpu if r == 0 else None))

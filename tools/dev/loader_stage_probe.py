@@ -42,6 +42,7 @@ its time (a full one holds the GIL for tens of milliseconds: no decode is starte
 as a user may after setup: full collections then scan only what came later (whether the loader's
 rate follows the collections' cost)."""
 import argparse
+import gc
 import os
 import signal
 import subprocess
@@ -373,7 +374,6 @@ def main():
     if a.cut_rows:
         items = cut_items(a.workload, items)
     if a.gc_freeze:
-        import gc
         gc.collect()
         gc.freeze()
     if a.mode == "decode":
@@ -405,7 +405,6 @@ def main():
     if use is not None:
         print("    " + use.summary(t_end - a.seconds, t_end), flush=True)
     if gcs is not None:
-        import gc
         print(f"    {gcs.summary(t_end - a.seconds, t_end)}; {len(gc.get_objects())} objects tracked", flush=True)
     if a.waits:
         print("    " + wait_summary(), flush=True)
