@@ -5,7 +5,8 @@
 # the loader, and the loader with the heap frozen once the data is built (--gc-freeze), each with
 # the engines' busy share and the process's collections; then the training loop once with the
 # training setting (profile_loader.py prints the collections of each mode's timed steps).
-#   OUT=... bash tools/dev/gc_probe.sh [workloads]        (about 25 s a probe, 30 s the loop)
+#   OUT=... [TRAIN=0] bash tools/dev/gc_probe.sh [workloads]   (about 25 s a probe, 30 s the loop;
+#   TRAIN=0 leaves the loop out, when a goal run's training call follows on the same machine)
 # Each line of the probes' output is prefixed with its round and setting; logs go to $OUT.
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the logs}"
@@ -22,6 +23,7 @@ for w in ${1:-det face}; do
     probe "$w" "$r" frozen --mode transform --windows 2 --gaps --gc-freeze
   done
 done
+[ "${TRAIN:-1}" = 1 ] || exit 0
 timeout 150 python3 tools/profile_loader.py --skip-stages --modes synthetic,orbbec --orbbec-workers 9 --steps 100 \
   --decoder training > "$OUT/train.log" 2>&1
 grep -E "images/s|garbage|fed the" "$OUT/train.log"
