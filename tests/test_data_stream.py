@@ -165,3 +165,31 @@ def test_starting_workers_keeps_a_heap_the_user_froze_frozen():
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_workers_started_from_several_threads_leave_the_heap_thawed():
+    """Loaders start their workers from several threads (each stream's receiving thread starts the
+    next epoch's, beside the user's thread starting another loader's): however their freezes and
+    thaws interleave, none may leave the heap frozen once all have started (a frozen heap is never
+    collected, so the cycles made before it would leak)."""
+    import gc
+    import sys
+    import threading
+
+    assert gc.get_freeze_count() == 0
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between nearly every bytecode: the races show
+    try:
+        def start_many():
+            for i in range(300):
+                stream.start_workers([i])
+
+        threads = [threading.Thread(target=start_many) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert gc.get_freeze_count() == 0
+    finally:
+        sys.setswitchinterval(switch)
+        gc.unfreeze()

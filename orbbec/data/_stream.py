@@ -49,19 +49,35 @@ def _close_all():
         s.close()
 
 
+# start_workers' freezes in progress, and whether the heap was frozen when the first of them began.
+# Loaders start workers from several threads at once (a stream's receiving thread starts the next
+# epoch's beside the user's thread starting another loader's): each deciding alone whether to thaw,
+# one could see another's freeze as the user's and the heap stayed frozen, never collected again.
+_FREEZES_LOCK = threading.Lock()
+_freezes = 0
+_user_froze = False
+
+
 def start_workers(reader):
     """iter(reader), its workers forked (the first time) with the garbage collector frozen, so that a
     worker never collects what it inherits: a reference cycle holding a CUDA tensor, collected in a
     worker, freed it there, and CUDA aborted the forked process (seen in the CUDA tests; likely a
     block used on another stream, whose free records CUDA events). A heap the user had frozen stays
-    frozen (gc.unfreeze would thaw all of it, not only what this froze)."""
-    user_froze = gc.get_freeze_count() > 0
-    gc.freeze()
+    frozen (gc.unfreeze would thaw all of it, not only what this froze); the last of overlapping
+    starts thaws the rest."""
+    global _freezes, _user_froze
+    with _FREEZES_LOCK:
+        if _freezes == 0:
+            _user_froze = gc.get_freeze_count() > 0
+        _freezes += 1
+        gc.freeze()
     try:
         return iter(reader)
     finally:
-        if not user_froze:
-            gc.unfreeze()
+        with _FREEZES_LOCK:
+            _freezes -= 1
+            if _freezes == 0 and not _user_froze:
+                gc.unfreeze()
 
 
 def batch_taker(batches):
