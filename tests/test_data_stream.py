@@ -148,30 +148,75 @@ def test_receiving_thread_falls_back_to_next_for_other_iterators():
     assert (take(), take()) == (1, 2)
 
 
-def test_starting_workers_keeps_a_heap_the_user_froze_frozen():
-    """start_workers freezes the collector around the fork and thaws it after; a user who had frozen
-    their heap (gc.freeze after setup, so that full collections skip it) keeps it frozen, and a heap
-    that was not frozen is thawed again."""
+class Forking:
+    """A reader whose iter() forks a child that exits at once, 0 if it found its heap frozen, as a
+    DataLoader forks its workers; `wait` (an Event) holds iter() before the fork."""
+
+    def __init__(self, wait=None):
+        self.wait, self.children = wait, []
+
+    def __iter__(self):
+        import gc
+        import os
+
+        if self.wait is not None:
+            self.wait.wait(10)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if gc.get_freeze_count() > 0 else 1)
+        self.children.append(pid)
+        return iter([])
+
+    def frozen_children(self):
+        import os
+
+        return [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) == 0 for p in self.children]
+
+
+def test_workers_start_with_a_frozen_heap_and_the_heap_they_left_is_thawed_or_as_the_user_froze_it():
+    """start_workers' children inherit a frozen heap (they never collect what they inherit); the
+    parent's heap comes back thawed, or still frozen where the user had frozen it (gc.unfreeze would
+    thaw all of it, not only what the start froze)."""
     import gc
 
     assert gc.get_freeze_count() == 0
     try:
-        assert list(stream.start_workers([1, 2])) == [1, 2]
+        reader = Forking()
+        stream.start_workers(reader)
         assert gc.get_freeze_count() == 0
         gc.freeze()
-        assert gc.get_freeze_count() > 0
-        stream.start_workers([3])
+        stream.start_workers(reader)
         # (still frozen: frozen objects freed since lower the count, a thaw would empty it)
         assert gc.get_freeze_count() > 0
+        assert reader.frozen_children() == [True, True]
     finally:
         gc.unfreeze()
+
+
+def test_a_start_that_waits_leaves_the_heap_collectable_meanwhile():
+    """A start can wait long before it forks (DataLoader's persistent workers finish their queued
+    batches first; an abandoned loader's start may never finish): meanwhile the heap is not frozen."""
+    import gc
+    import threading
+
+    go = threading.Event()
+    reader = Forking(wait=go)
+    t = threading.Thread(target=stream.start_workers, args=(reader,))
+    t.start()
+    try:
+        time.sleep(0.2)  # the thread is inside start_workers, waiting
+        assert t.is_alive() and gc.get_freeze_count() == 0
+    finally:
+        go.set()
+        t.join()
+    assert reader.frozen_children() == [True] and gc.get_freeze_count() == 0
 
 
 def test_workers_started_from_several_threads_leave_the_heap_thawed():
     """Loaders start their workers from several threads (each stream's receiving thread starts the
     next epoch's, beside the user's thread starting another loader's): however their freezes and
-    thaws interleave, none may leave the heap frozen once all have started (a frozen heap is never
-    collected, so the cycles made before it would leak)."""
+    thaws interleave, every child starts frozen and none leaves the parent's heap frozen (a frozen
+    heap is never collected, so the cycles made before it would leak)."""
     import gc
     import sys
     import threading
@@ -179,17 +224,19 @@ def test_workers_started_from_several_threads_leave_the_heap_thawed():
     assert gc.get_freeze_count() == 0
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch between nearly every bytecode: the races show
+    readers = [Forking() for _ in range(4)]
     try:
-        def start_many():
-            for i in range(300):
-                stream.start_workers([i])
+        def start_many(reader):
+            for _ in range(40):
+                stream.start_workers(reader)
 
-        threads = [threading.Thread(target=start_many) for _ in range(4)]
+        threads = [threading.Thread(target=start_many, args=(r,)) for r in readers]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         assert gc.get_freeze_count() == 0
+        assert all(all(r.frozen_children()) for r in readers)
     finally:
         sys.setswitchinterval(switch)
         gc.unfreeze()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import queue
 import threading
 import time
@@ -49,35 +50,57 @@ def _close_all():
         s.close()
 
 
-# start_workers' freezes in progress, and whether the heap was frozen when the first of them began.
-# Loaders start workers from several threads at once (a stream's receiving thread starts the next
-# epoch's beside the user's thread starting another loader's): each deciding alone whether to thaw,
-# one could see another's freeze as the user's and the heap stayed frozen, never collected again.
-_FREEZES_LOCK = threading.Lock()
+# The loader's workers are forked with the garbage collector frozen, so that a worker never collects
+# what it inherits: a reference cycle holding a CUDA tensor, collected in a worker, freed it there,
+# and CUDA aborted the forked process (seen in the CUDA tests; likely a block used on another stream,
+# whose free records CUDA events). The heap is frozen only around each fork (os.register_at_fork),
+# not around the whole start: a start can wait long (DataLoader's persistent workers finish their
+# queued batches first), and all that time the user's heap went uncollected; a start left waiting
+# by an abandoned loader kept it frozen for good. Forks from several threads at once are counted:
+# the last one out thaws, unless the heap was frozen (by the user) when the first one froze it.
+_starting = threading.local()  # .workers: this thread is inside start_workers
+_freezes_lock = threading.Lock()
 _freezes = 0
 _user_froze = False
 
 
-def start_workers(reader):
-    """iter(reader), its workers forked (the first time) with the garbage collector frozen, so that a
-    worker never collects what it inherits: a reference cycle holding a CUDA tensor, collected in a
-    worker, freed it there, and CUDA aborted the forked process (seen in the CUDA tests; likely a
-    block used on another stream, whose free records CUDA events). A heap the user had frozen stays
-    frozen (gc.unfreeze would thaw all of it, not only what this froze); the last of overlapping
-    starts thaws the rest."""
+def _freeze_before_fork() -> None:
     global _freezes, _user_froze
-    with _FREEZES_LOCK:
-        if _freezes == 0:
-            _user_froze = gc.get_freeze_count() > 0
-        _freezes += 1
-        gc.freeze()
-    try:
-        return iter(reader)
-    finally:
-        with _FREEZES_LOCK:
+    if getattr(_starting, "workers", False):
+        with _freezes_lock:
+            if _freezes == 0:
+                _user_froze = gc.get_freeze_count() > 0
+            _freezes += 1
+            gc.freeze()
+
+
+def _thaw_after_fork() -> None:
+    global _freezes
+    if getattr(_starting, "workers", False):
+        with _freezes_lock:
             _freezes -= 1
             if _freezes == 0 and not _user_froze:
                 gc.unfreeze()
+
+
+def _child_after_fork() -> None:
+    """A child keeps its frozen heap; the count and lock start afresh (another thread may have held
+    the lock at the fork)."""
+    global _freezes_lock, _freezes
+    _freezes_lock, _freezes = threading.Lock(), 0
+
+
+os.register_at_fork(before=_freeze_before_fork, after_in_parent=_thaw_after_fork,
+                    after_in_child=_child_after_fork)
+
+
+def start_workers(reader):
+    """iter(reader); the workers it forks (the first time) start with the heap frozen (above)."""
+    _starting.workers = True
+    try:
+        return iter(reader)
+    finally:
+        _starting.workers = False
 
 
 def batch_taker(batches):
