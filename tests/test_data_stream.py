@@ -35,6 +35,10 @@ def fake_gpu(monkeypatch):
     file's batches (FAKE in their extra) take the fakes: a stream an earlier test left reading ahead
     (its loader not yet collected) may still call the module's functions while a test here runs,
     and once its batches' starts landed in this test's log (under pytest -n 8)."""
+    # Streams earlier tests left reading ahead are stopped first: the fakes below replace torch.cuda's
+    # Event for the whole process, and one such stream's decoding thread, releasing a slot with a
+    # fake event, raised in the GPU machine's run.
+    stream._close_all()
     log, failing = [], set()
     real_start, real_finish = stream.start_decode_batch, stream.finish_decode
     real_augment, real_move = stream.augment_batch, stream._pin_and_move

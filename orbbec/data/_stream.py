@@ -55,9 +55,10 @@ def _close_all():
 # and CUDA aborted the forked process (seen in the CUDA tests; likely a block used on another stream,
 # whose free records CUDA events). The heap is frozen only around each fork (os.register_at_fork),
 # not around the whole start: a start can wait long (DataLoader's persistent workers finish their
-# queued batches first), and all that time the user's heap went uncollected; a start left waiting
-# by an abandoned loader kept it frozen for good. Forks from several threads at once are counted:
-# the last one out thaws, unless the heap was frozen (by the user) when the first one froze it.
+# queued batches first), all that time the user's heap went uncollected, and on the GPU machine the
+# tests and probes found a loader's process with its heap still frozen long after its workers had
+# started. Forks from several threads at once are counted: the last one out thaws, unless the heap
+# was frozen (by the user) when the first one froze it.
 _starting = threading.local()  # .workers: this thread is inside start_workers
 _freezes_lock = threading.Lock()
 _freezes = 0
@@ -85,9 +86,10 @@ def _thaw_after_fork() -> None:
 
 def _child_after_fork() -> None:
     """A child keeps its frozen heap; the count and lock start afresh (another thread may have held
-    the lock at the fork)."""
+    the lock at the fork), and its thread is not starting workers (the forking thread was)."""
     global _freezes_lock, _freezes
     _freezes_lock, _freezes = threading.Lock(), 0
+    _starting.workers = False
 
 
 os.register_at_fork(before=_freeze_before_fork, after_in_parent=_thaw_after_fork,
