@@ -199,7 +199,7 @@ def test_workers_start_with_a_frozen_heap_and_the_heap_they_left_is_thawed_or_as
 
 def test_a_start_that_waits_leaves_the_heap_collectable_meanwhile():
     """A start can wait long before it forks (DataLoader's persistent workers finish their queued
-    batches first; an abandoned loader's start may never finish): meanwhile the heap is not frozen."""
+    batches first): meanwhile the heap is not frozen."""
     import gc
     import threading
 
@@ -217,8 +217,8 @@ def test_a_start_that_waits_leaves_the_heap_collectable_meanwhile():
 
 
 def test_workers_started_from_several_threads_leave_the_heap_thawed():
-    """Loaders start their workers from several threads (each stream's receiving thread starts the
-    next epoch's, beside the user's thread starting another loader's): however their freezes and
+    """Loaders start their workers from several threads (each GPU stream's receiving thread, beside
+    the user's thread starting a CPU loader's): however their freezes and
     thaws interleave, every child starts frozen and none leaves the parent's heap frozen (a frozen
     heap is never collected, so the cycles made before it would leak)."""
     import gc
