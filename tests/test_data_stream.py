@@ -2,6 +2,10 @@
 and hands over batches, and what becomes of a batch whose decode fails. The GPU's calls are replaced by
 fakes that log their order; the real decoder under the same loop is in test_data.py and test_io_cuda.py."""
 import contextlib
+import gc
+import os
+import sys
+import threading
 import time
 import types
 
@@ -160,9 +164,6 @@ class Forking:
         self.wait, self.children = wait, []
 
     def __iter__(self):
-        import gc
-        import os
-
         if self.wait is not None:
             self.wait.wait(10)
         pid = os.fork()
@@ -172,8 +173,6 @@ class Forking:
         return iter([])
 
     def frozen_children(self):
-        import os
-
         return [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) == 0 for p in self.children]
 
 
@@ -181,8 +180,6 @@ def test_workers_start_with_a_frozen_heap_and_the_heap_they_left_is_thawed_or_as
     """start_workers' children inherit a frozen heap (they never collect what they inherit); the
     parent's heap comes back thawed, or still frozen where the user had frozen it (gc.unfreeze would
     thaw all of it, not only what the start froze)."""
-    import gc
-
     assert gc.get_freeze_count() == 0
     try:
         reader = Forking()
@@ -200,9 +197,6 @@ def test_workers_start_with_a_frozen_heap_and_the_heap_they_left_is_thawed_or_as
 def test_a_start_that_waits_leaves_the_heap_collectable_meanwhile():
     """A start can wait long before it forks (DataLoader's persistent workers finish their queued
     batches first): meanwhile the heap is not frozen."""
-    import gc
-    import threading
-
     go = threading.Event()
     reader = Forking(wait=go)
     t = threading.Thread(target=stream.start_workers, args=(reader,))
@@ -221,10 +215,6 @@ def test_workers_started_from_several_threads_leave_the_heap_thawed():
     the user's thread starting a CPU loader's): however their freezes and
     thaws interleave, every child starts frozen and none leaves the parent's heap frozen (a frozen
     heap is never collected, so the cycles made before it would leak)."""
-    import gc
-    import sys
-    import threading
-
     assert gc.get_freeze_count() == 0
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch between nearly every bytecode: the races show

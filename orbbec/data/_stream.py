@@ -59,7 +59,11 @@ def _close_all():
 # tests and probes found a loader's process with its heap still frozen long after its workers had
 # started. Forks from several threads at once are counted: the last one out thaws, unless the heap
 # was frozen (by the user) when the first one froze it.
-_starting = threading.local()  # .workers: this thread is inside start_workers
+class _Starting(threading.local):
+    workers = False  # this thread is inside start_workers
+
+
+_starting = _Starting()
 _freezes_lock = threading.Lock()
 _freezes = 0
 _user_froze = False
@@ -67,7 +71,7 @@ _user_froze = False
 
 def _freeze_before_fork() -> None:
     global _freezes, _user_froze
-    if getattr(_starting, "workers", False):
+    if _starting.workers:
         with _freezes_lock:
             if _freezes == 0:
                 _user_froze = gc.get_freeze_count() > 0
@@ -77,7 +81,7 @@ def _freeze_before_fork() -> None:
 
 def _thaw_after_fork() -> None:
     global _freezes
-    if getattr(_starting, "workers", False):
+    if _starting.workers:
         with _freezes_lock:
             _freezes -= 1
             if _freezes == 0 and not _user_froze:
