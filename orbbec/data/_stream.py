@@ -50,58 +50,62 @@ def _close_all():
         s.close()
 
 
-# The loader's workers are forked with the garbage collector frozen, so that a worker never collects
-# what it inherits: a reference cycle holding a CUDA tensor, collected in a worker, freed it there,
-# and CUDA aborted the forked process (seen in the CUDA tests; likely a block used on another stream,
-# whose free records CUDA events). The heap is frozen only around each fork (os.register_at_fork),
-# not around the whole start: a start can wait long (DataLoader's persistent workers finish their
-# queued batches first), all that time the user's heap went uncollected, and on the GPU machine the
-# tests and probes found a loader's process with its heap still frozen long after its workers had
-# started. Forks from several threads at once are counted: the last one out thaws, unless the heap
-# was frozen (by the user) when the first one froze it.
+# The loader's workers never collect what they inherit: a reference cycle holding a CUDA tensor,
+# collected in a worker, freed it there, and CUDA aborted the forked process (seen in the CUDA tests;
+# likely a block used on another stream, whose free records CUDA events). So the parent pauses its
+# collector for the instant of each fork (no collection can start in the child before its hook runs),
+# and the child freezes all it inherited (gc.freeze splices lists: no object is written).
+# The parent's heap is never frozen: freezing it around the fork and thawing after cannot tell the
+# user's own freeze from ours (Python 3.12 starts with objects already frozen), and a heap left
+# frozen is never fully collected. Forks from several threads at once are counted; the last one out
+# turns the collector back on if it was on when the first one paused it.
 class _Starting(threading.local):
     workers = False  # this thread is inside start_workers
 
 
 _starting = _Starting()
-_freezes_lock = threading.Lock()
-_freezes = 0
-_user_froze = False
+_pauses_lock = threading.Lock()
+_pauses = 0
+_collector_was_on = True
 
 
-def _freeze_before_fork() -> None:
-    global _freezes, _user_froze
+def _pause_before_fork() -> None:
+    global _pauses, _collector_was_on
     if _starting.workers:
-        with _freezes_lock:
-            if _freezes == 0:
-                _user_froze = gc.get_freeze_count() > 0
-            _freezes += 1
-            gc.freeze()
+        with _pauses_lock:
+            if _pauses == 0:
+                _collector_was_on = gc.isenabled()
+                gc.disable()
+            _pauses += 1
 
 
-def _thaw_after_fork() -> None:
-    global _freezes
+def _resume_after_fork() -> None:
+    global _pauses
     if _starting.workers:
-        with _freezes_lock:
-            _freezes -= 1
-            if _freezes == 0 and not _user_froze:
-                gc.unfreeze()
+        with _pauses_lock:
+            _pauses -= 1
+            if _pauses == 0 and _collector_was_on:
+                gc.enable()
 
 
-def _child_after_fork() -> None:
-    """A child keeps its frozen heap; the count and lock start afresh (another thread may have held
-    the lock at the fork), and its thread is not starting workers (the forking thread was)."""
-    global _freezes_lock, _freezes
-    _freezes_lock, _freezes = threading.Lock(), 0
+def _freeze_in_child() -> None:
+    """The child freezes what it inherited, and starts afresh: the count and lock (another thread
+    may have held the lock at the fork), the thread flag (the forking thread's, not the child's)."""
+    global _pauses_lock, _pauses
+    if _starting.workers:
+        gc.freeze()
+        if _collector_was_on:
+            gc.enable()
+    _pauses_lock, _pauses = threading.Lock(), 0
     _starting.workers = False
 
 
-os.register_at_fork(before=_freeze_before_fork, after_in_parent=_thaw_after_fork,
-                    after_in_child=_child_after_fork)
+os.register_at_fork(before=_pause_before_fork, after_in_parent=_resume_after_fork,
+                    after_in_child=_freeze_in_child)
 
 
 def start_workers(reader):
-    """iter(reader); the workers it forks (the first time) start with the heap frozen (above)."""
+    """iter(reader); the workers it forks (the first time) freeze the heap they inherit (above)."""
     _starting.workers = True
     try:
         return iter(reader)
