@@ -1,6 +1,7 @@
 """Who freezes Python's heap: with GC_TRACE=<folder> and this folder on PYTHONPATH, every process
-logs each gc.freeze/gc.unfreeze (with its caller) and each fork in the parent (the freeze count
-around it, the thread, whether orbbec's start_workers flag was set) to <folder>/<pid>.log."""
+logs each gc.freeze/gc.unfreeze (with its caller) and each fork (the freeze count around it, whether
+the collector is on, the thread, orbbec's start_workers flag and pause count) to <folder>/<pid>.log.
+It found the heap Python 3.12 starts with frozen (docs/dev/decode.md)."""
 import os
 
 if os.environ.get("GC_TRACE"):
@@ -15,9 +16,9 @@ if os.environ.get("GC_TRACE"):
         flag = "?"
         mod = __import__("sys").modules.get("orbbec.data._stream")
         if mod is not None:
-            flag = f"starting={mod._starting.workers} freezes={mod._freezes} user_froze={mod._user_froze}"
+            flag = f"starting={mod._starting.workers} pauses={mod._pauses}"
         with open(os.path.join(_folder, f"{os.getpid()}.log"), "a") as f:
-            f.write(f"{what} count={gc.get_freeze_count()} thread={threading.current_thread().name} {flag}\n")
+            f.write(f"{what} count={gc.get_freeze_count()} collector_on={gc.isenabled()} thread={threading.current_thread().name} {flag}\n")
 
     _freeze, _unfreeze = gc.freeze, gc.unfreeze
 
@@ -33,5 +34,6 @@ if os.environ.get("GC_TRACE"):
         _log("unfreeze after")
 
     gc.freeze, gc.unfreeze = freeze, unfreeze
-    # registered first: its before-hook runs last and its parent hook first, around orbbec's
-    os.register_at_fork(before=lambda: _log("fork before"), after_in_parent=lambda: _log("fork parent after"))
+    # registered first: its before-hook runs last and its after-hooks first, around orbbec's
+    os.register_at_fork(before=lambda: _log("fork before"), after_in_parent=lambda: _log("fork parent after"),
+                        after_in_child=lambda: _log("fork child after, before orbbec's hook"))
