@@ -6,6 +6,7 @@ import os
 
 if os.environ.get("GC_TRACE"):
     import gc
+    import sys
     import threading
     import traceback
 
@@ -13,12 +14,12 @@ if os.environ.get("GC_TRACE"):
     os.makedirs(_folder, exist_ok=True)
 
     def _log(what):
-        flag = "?"
-        mod = __import__("sys").modules.get("orbbec.data._stream")
-        if mod is not None:
-            flag = f"starting={mod._starting.workers} pauses={mod._pauses}"
+        mod = sys.modules.get("orbbec.data._stream")  # (not imported yet: "?")
+        flag = f"starting={mod._starting.workers} pauses={mod._pauses}" if mod is not None else "?"
+        line = (f"{what} count={gc.get_freeze_count()} collector_on={gc.isenabled()} "
+                f"thread={threading.current_thread().name} {flag}")
         with open(os.path.join(_folder, f"{os.getpid()}.log"), "a") as f:
-            f.write(f"{what} count={gc.get_freeze_count()} collector_on={gc.isenabled()} thread={threading.current_thread().name} {flag}\n")
+            f.write(line + "\n")
 
     _freeze, _unfreeze = gc.freeze, gc.unfreeze
 
